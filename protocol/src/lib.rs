@@ -1,0 +1,13 @@
+//! Wire formats shared by the relcache server and its clients.
+//!
+//! - [`resp`]: RESP2 and RESP3 frames — the reply value type, its encoder, and the
+//!   incremental, size-limited parsers for requests (server side) and replies
+//!   (client side).
+//! - [`idset`]: the idset table, the fixed-length open-addressing array of `u64` ids
+//!   that a relation service builds and stores with one SET (see `FORMAT.md`).
+//!
+//! This crate knows nothing of sockets or async runtimes: everything here works on
+//! byte slices and `bytes` buffers, so it can be fuzzed and property-tested alone.
+
+pub mod idset;
+pub mod resp;
