@@ -1,16 +1,61 @@
-//! Placeholder: the request decoder is being written.
-use bytes::{Bytes, BytesMut};
+//! Request framing: turning the bytes a client sends into argument vectors.
+//!
+//! A request is either a *multibulk* — `*<n>\r\n` followed by `n` bulk strings, each
+//! `$<len>\r\n<data>\r\n` — or an *inline* command: one line of whitespace-separated
+//! words, as typed into telnet (`PING\r\n`), split the way Redis's `sdssplitargs`
+//! does (double quotes with `\n \r \t \b \a \\ \" \xHH` escapes, single quotes with
+//! `\'`). This module yields argument vectors only: it knows nothing of commands, and
+//! replies are parsed by [`super::reply`].
+//!
+//! Two entry points share one state machine:
+//!
+//! - [`RequestDecoder`], for a connection: resumable, so a request that arrives over
+//!   many reads is scanned once in total, and zero-copy, so multibulk arguments are
+//!   slices of the read buffer.
+//! - [`parse_request`], a pure function over `&[u8]` for tests, fuzzing and tools.
+//!
+//! Empty requests (`*0`, `*-1`, a blank line) are skipped, as Redis does. Sizes are
+//! checked as soon as a length is read, before waiting for (or reserving room for)
+//! the data it announces.
+//!
+//! # Compatibility with Redis 7
+//!
+//! Error texts are Redis's (`Protocol error: invalid bulk length`, …). Where Redis is
+//! lax, this decoder is stricter, because every lax case is a client bug that would
+//! otherwise surface later as a confusing command error:
+//!
+//! - a multibulk count below `-1` is refused (Redis treats every count `<= 0` as an
+//!   empty request);
+//! - bulk data must be followed by CRLF (Redis skips the next two bytes unchecked),
+//!   and header lines must end in CRLF, not a lone CR;
+//! - line limits apply to the whole line, whether or not its terminator has arrived,
+//!   so the verdict on a stream does not depend on how it was split into reads
+//!   (Redis checks the limit only while the terminator is still missing);
+//! - a NUL byte in an inline command is an ordinary byte (Redis stops the line there).
+
+use std::ops::Range;
+
+use bytes::{Buf, Bytes, BytesMut};
+
+/// Longest `*<n>` or `$<len>` header line, type byte included, that may arrive
+/// without its CR (Redis's `PROTO_INLINE_MAX_SIZE`).
+const MAX_HEADER_LINE: usize = 64 * 1024;
+
+/// Most argument slots reserved from a count alone: a client announcing a million
+/// arguments gets room for them only as they arrive.
+const MAX_PREALLOC: usize = 1024;
 
 /// Size limits applied while parsing, before anything is allocated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Largest bulk string accepted (`proto-max-bulk-len`, 512 MB by default).
     pub max_bulk_len: usize,
-    /// Most elements in one request array.
+    /// Most elements in one request array, or in one reply aggregate (map pairs count
+    /// once each).
     pub max_multibulk_len: usize,
-    /// Longest inline command line.
+    /// Longest inline command line, CRLF excluded.
     pub max_inline_len: usize,
-    /// Deepest nesting of aggregates (replies only).
+    /// Deepest nesting of aggregates (replies only): a flat array has depth 1.
     pub max_depth: usize,
 }
 
@@ -26,26 +71,682 @@ impl Default for Limits {
 }
 
 /// A framing error: the stream cannot be resynchronised, so the connection closes.
+///
+/// The field is the text after `Protocol error: `, e.g. `invalid bulk length`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("Protocol error: {0}")]
 pub struct ProtocolError(pub String);
 
-/// Incremental request decoder.
+impl ProtocolError {
+    pub(super) fn new(text: impl Into<String>) -> ProtocolError {
+        ProtocolError(text.into())
+    }
+}
+
+/// Incremental, zero-copy request decoder; one per connection.
+///
+/// # Contract
+///
+/// Between two calls to [`decode`](Self::decode) the caller may only *append* to the
+/// buffer: the decoder remembers how far into the front request it has parsed (the
+/// argument count, the arguments found so far, how far a line was searched), and
+/// those offsets are only valid while the front of the buffer is left alone. After an
+/// error the decoder is reset, but the stream cannot be resynchronised: close the
+/// connection.
+///
+/// ```
+/// use bytes::BytesMut;
+/// use relcache_protocol::resp::{Limits, RequestDecoder};
+///
+/// let mut decoder = RequestDecoder::new(Limits::default());
+/// let mut buf = BytesMut::from(&b"*2\r\n$3\r\nGET\r\n$1\r"[..]);
+/// let mut args = Vec::new();
+/// assert!(!decoder.decode(&mut buf, &mut args).unwrap()); // half a request
+/// buf.extend_from_slice(b"\nk\r\nPING\r\n");
+/// assert!(decoder.decode(&mut buf, &mut args).unwrap());
+/// assert_eq!(args, [&b"GET"[..], b"k"]);
+/// assert!(decoder.decode(&mut buf, &mut args).unwrap()); // inline
+/// assert_eq!(args, [&b"PING"[..]]);
+/// assert!(buf.is_empty());
+/// ```
 #[derive(Debug, Default)]
 pub struct RequestDecoder {
     limits: Limits,
+    progress: Progress,
 }
 
 impl RequestDecoder {
+    /// A decoder enforcing `limits`.
     pub fn new(limits: Limits) -> Self {
-        RequestDecoder { limits }
+        RequestDecoder {
+            limits,
+            progress: Progress::default(),
+        }
     }
+
+    /// Replaces the limits (`CONFIG SET proto-max-bulk-len`). Lengths already
+    /// accepted for a request under way stay accepted.
     pub fn set_limits(&mut self, limits: Limits) {
         self.limits = limits;
     }
+
     /// Decodes one request from the front of `buf` into `args`.
-    pub fn decode(&mut self, _buf: &mut BytesMut, _args: &mut Vec<Bytes>) -> Result<bool, ProtocolError> {
-        let _ = self.limits;
-        Ok(false)
+    ///
+    /// Returns `Ok(true)` with `args` holding the request's arguments (slices of the
+    /// consumed bytes for a multibulk; never empty) and the request's bytes removed
+    /// from `buf`. Returns `Ok(false)` when `buf` holds only part of a request: `buf`
+    /// is left as it is, except that empty requests before it have been skipped.
+    /// `args` is cleared in every case.
+    ///
+    /// # Errors
+    ///
+    /// A [`ProtocolError`] when the bytes are not a valid request or break a limit;
+    /// the connection must then be closed, after replying with the error's text.
+    pub fn decode(
+        &mut self,
+        buf: &mut BytesMut,
+        args: &mut Vec<Bytes>,
+    ) -> Result<bool, ProtocolError> {
+        args.clear();
+        loop {
+            let parsed = match self.progress.parse(buf, &self.limits) {
+                Ok(parsed) => parsed,
+                Err(e) => {
+                    self.progress.reset();
+                    return Err(e);
+                }
+            };
+            match parsed {
+                Parsed::Incomplete => return Ok(false),
+                Parsed::Multibulk { len } if self.progress.args.is_empty() => buf.advance(len),
+                Parsed::Multibulk { len } => {
+                    let request = buf.split_to(len).freeze();
+                    args.extend(self.progress.args.drain(..).map(|r| request.slice(r)));
+                }
+                Parsed::Inline { len, args: words } => {
+                    buf.advance(len);
+                    args.extend(words.into_iter().map(Bytes::from));
+                }
+            }
+            self.progress.reset();
+            if !args.is_empty() {
+                return Ok(true);
+            }
+        }
+    }
+}
+
+/// Parses one request from the front of `buf`, from scratch.
+///
+/// Returns `Ok(Some((args, consumed)))` for a complete request, where `args` is empty
+/// for an empty request (`*0`, `*-1`, a blank line) that a server skips, and
+/// `Ok(None)` when `buf` holds only part of a request. The arguments are copies;
+/// a server should use [`RequestDecoder`], which agrees with this function on every
+/// input however it is split, but does not rescan or copy.
+///
+/// # Errors
+///
+/// A [`ProtocolError`] when the bytes are not a valid request or break a limit.
+pub fn parse_request(
+    buf: &[u8],
+    limits: &Limits,
+) -> Result<Option<(Vec<Bytes>, usize)>, ProtocolError> {
+    let mut progress = Progress::default();
+    Ok(match progress.parse(buf, limits)? {
+        Parsed::Incomplete => None,
+        Parsed::Multibulk { len } => {
+            let args = progress
+                .args
+                .iter()
+                .map(|r| Bytes::copy_from_slice(&buf[r.clone()]))
+                .collect();
+            Some((args, len))
+        }
+        Parsed::Inline { len, args } => Some((args.into_iter().map(Bytes::from).collect(), len)),
+    })
+}
+
+/// What one step of parsing found.
+enum Parsed {
+    Incomplete,
+    /// A multibulk request of `len` bytes; its arguments are `Progress::args` (none
+    /// for `*0` and `*-1`).
+    Multibulk { len: usize },
+    /// An inline request of `len` bytes, newline included; no words for a blank line.
+    Inline { len: usize, args: Vec<Vec<u8>> },
+}
+
+/// How far into the request at the front of the buffer parsing has got. All offsets
+/// are from the start of that request.
+#[derive(Debug, Default)]
+struct Progress {
+    /// First byte not yet parsed.
+    pos: usize,
+    /// The line being read has been searched for its terminator up to here.
+    scanned: usize,
+    /// The argument count, once the `*<n>` line has been read.
+    count: Option<usize>,
+    /// The length of the bulk whose `$<len>` line has been read; its data is at `pos`.
+    bulk_len: Option<usize>,
+    /// Where each argument read so far lies.
+    args: Vec<Range<usize>>,
+}
+
+impl Progress {
+    fn reset(&mut self) {
+        self.pos = 0;
+        self.scanned = 0;
+        self.count = None;
+        self.bulk_len = None;
+        self.args.clear();
+        // One huge request must not pin its argument table for the connection's life.
+        if self.args.capacity() > 4 * MAX_PREALLOC {
+            self.args.shrink_to(MAX_PREALLOC);
+        }
+    }
+
+    fn parse(&mut self, buf: &[u8], limits: &Limits) -> Result<Parsed, ProtocolError> {
+        match buf.first() {
+            None => Ok(Parsed::Incomplete),
+            Some(b'*') => self.multibulk(buf, limits),
+            Some(_) => self.inline(buf, limits),
+        }
+    }
+
+    fn multibulk(&mut self, buf: &[u8], limits: &Limits) -> Result<Parsed, ProtocolError> {
+        let count = match self.count {
+            Some(count) => count,
+            None => {
+                let too_big = "too big mbulk count string";
+                let Some(cr) = find_cr(buf, 0, &mut self.scanned, MAX_HEADER_LINE, too_big)? else {
+                    return Ok(Parsed::Incomplete);
+                };
+                let len = cr + 2;
+                let count = match header_number(buf, 0, cr) {
+                    Some(0 | -1) => return Ok(Parsed::Multibulk { len }),
+                    Some(n) => usize::try_from(n)
+                        .ok()
+                        .filter(|&n| n <= limits.max_multibulk_len),
+                    None => None,
+                };
+                let count =
+                    count.ok_or_else(|| ProtocolError::new("invalid multibulk length"))?;
+                self.count = Some(count);
+                self.pos = len;
+                self.scanned = len;
+                self.args.reserve(count.min(MAX_PREALLOC));
+                count
+            }
+        };
+        while self.args.len() < count {
+            let len = match self.bulk_len {
+                Some(len) => len,
+                None => {
+                    let start = self.pos;
+                    let Some(&kind) = buf.get(start) else {
+                        return Ok(Parsed::Incomplete);
+                    };
+                    if kind != b'$' {
+                        return Err(ProtocolError(format!(
+                            "expected '$', got '{}'",
+                            kind.escape_ascii()
+                        )));
+                    }
+                    let too_big = "too big bulk count string";
+                    let Some(cr) = find_cr(buf, start, &mut self.scanned, MAX_HEADER_LINE, too_big)?
+                    else {
+                        return Ok(Parsed::Incomplete);
+                    };
+                    let len = header_number(buf, start, cr)
+                        .and_then(|n| usize::try_from(n).ok())
+                        .filter(|&n| n <= limits.max_bulk_len)
+                        .ok_or_else(|| ProtocolError::new("invalid bulk length"))?;
+                    self.pos = cr + 2;
+                    self.bulk_len = Some(len);
+                    len
+                }
+            };
+            let end = self.pos.saturating_add(len);
+            let Some(crlf) = buf.get(end..end.saturating_add(2)) else {
+                return Ok(Parsed::Incomplete);
+            };
+            if crlf != b"\r\n" {
+                return Err(ProtocolError::new("expected CRLF after bulk data"));
+            }
+            self.args.push(self.pos..end);
+            self.pos = end + 2;
+            self.scanned = self.pos;
+            self.bulk_len = None;
+        }
+        Ok(Parsed::Multibulk { len: self.pos })
+    }
+
+    fn inline(&mut self, buf: &[u8], limits: &Limits) -> Result<Parsed, ProtocolError> {
+        let max = limits.max_inline_len;
+        // A line within the limit has its LF at index max + 1 at the latest.
+        let cap = max.saturating_add(2);
+        let window = &buf[..buf.len().min(cap)];
+        let from = self.scanned.min(window.len());
+        let too_big = || ProtocolError::new("too big inline request");
+        let Some(lf) = window[from..].iter().position(|&b| b == b'\n') else {
+            if window.len() == cap {
+                return Err(too_big());
+            }
+            self.scanned = buf.len();
+            return Ok(Parsed::Incomplete);
+        };
+        let lf = from + lf;
+        let end = if lf > 0 && buf[lf - 1] == b'\r' { lf - 1 } else { lf };
+        if end > max {
+            return Err(too_big());
+        }
+        let args = split_args(&buf[..end])
+            .ok_or_else(|| ProtocolError::new("unbalanced quotes in request"))?;
+        Ok(Parsed::Inline { len: lf + 1, args })
+    }
+}
+
+/// Finds the CR ending the header line that starts at `start`, searching only bytes
+/// not searched before. `Ok(Some(cr))` once the CR and the byte after it are in
+/// `buf`; `Ok(None)` until then. The line, type byte included, may be at most `max`
+/// bytes long, or the error is `too_big`.
+pub(super) fn find_cr(
+    buf: &[u8],
+    start: usize,
+    scanned: &mut usize,
+    max: usize,
+    too_big: &str,
+) -> Result<Option<usize>, ProtocolError> {
+    // The CR of a line within the limit is at `start + max` at the latest.
+    let cap = start.saturating_add(max).saturating_add(1);
+    let window = &buf[..buf.len().min(cap)];
+    let from = (*scanned).clamp(start, window.len());
+    match window[from..].iter().position(|&b| b == b'\r') {
+        Some(i) => {
+            let cr = from + i;
+            *scanned = cr;
+            Ok((cr + 1 < buf.len()).then_some(cr))
+        }
+        None if window.len() == cap => Err(ProtocolError::new(too_big)),
+        None => {
+            *scanned = buf.len();
+            Ok(None)
+        }
+    }
+}
+
+/// The number on the header line `buf[start..cr]` (after its type byte), if the line
+/// is CRLF-terminated and the number valid.
+fn header_number(buf: &[u8], start: usize, cr: usize) -> Option<i64> {
+    if buf[cr + 1] != b'\n' {
+        return None;
+    }
+    parse_strict_i64(&buf[start + 1..cr])
+}
+
+/// Parses a decimal `i64` by the rules of Redis's `string2ll`: an optional `-`, then
+/// digits without leading zeros (`0` alone excepted, `-0` refused); no `+`, no
+/// spaces, and the value must fit.
+pub(super) fn parse_strict_i64(text: &[u8]) -> Option<i64> {
+    let (negative, digits) = match text {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, text),
+    };
+    match digits {
+        [b'0'] if !negative => return Some(0),
+        [b'1'..=b'9', ..] => {}
+        _ => return None,
+    }
+    // Accumulate downwards so that i64::MIN, which has no positive twin, parses.
+    let mut value: i64 = 0;
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        value = value.checked_mul(10)?.checked_sub(i64::from(b - b'0'))?;
+    }
+    if negative {
+        Some(value)
+    } else {
+        value.checked_neg()
+    }
+}
+
+/// C's `isspace`: what separates inline arguments.
+fn is_c_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
+}
+
+fn hex_value(b: Option<&u8>) -> Option<u8> {
+    char::from(*b?).to_digit(16).map(|d| d as u8)
+}
+
+/// Splits an inline command line into words as Redis's `sdssplitargs` does; `None`
+/// for unbalanced quotes, or a closing quote followed by something other than
+/// whitespace.
+fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let mut args = Vec::new();
+    let mut i = 0;
+    loop {
+        while line.get(i).is_some_and(|&b| is_c_space(b)) {
+            i += 1;
+        }
+        if i == line.len() {
+            return Some(args);
+        }
+        let mut word = Vec::new();
+        let mut quote = None;
+        loop {
+            let at = line.get(i).copied();
+            match (quote, at) {
+                (Some(_), None) => return None,
+                (Some(q), Some(b)) if b == q => {
+                    if line.get(i + 1).is_some_and(|&next| !is_c_space(next)) {
+                        return None;
+                    }
+                    i += 1;
+                    break;
+                }
+                (Some(b'"'), Some(b'\\')) => {
+                    if line.get(i + 1) == Some(&b'x') {
+                        if let (Some(hi), Some(lo)) =
+                            (hex_value(line.get(i + 2)), hex_value(line.get(i + 3)))
+                        {
+                            word.push(hi << 4 | lo);
+                            i += 4;
+                            continue;
+                        }
+                    }
+                    match line.get(i + 1) {
+                        Some(&escaped) => {
+                            word.push(match escaped {
+                                b'n' => b'\n',
+                                b'r' => b'\r',
+                                b't' => b'\t',
+                                b'b' => 0x08,
+                                b'a' => 0x07,
+                                other => other,
+                            });
+                            i += 2;
+                        }
+                        // A trailing backslash is kept; the quote is then unbalanced.
+                        None => {
+                            word.push(b'\\');
+                            i += 1;
+                        }
+                    }
+                }
+                (Some(b'\''), Some(b'\\')) if line.get(i + 1) == Some(&b'\'') => {
+                    word.push(b'\'');
+                    i += 2;
+                }
+                (Some(_), Some(b)) => {
+                    word.push(b);
+                    i += 1;
+                }
+                // Unquoted words end at these four only: `\v` and `\f` are skipped
+                // between words but belong to a word, as in sdssplitargs.
+                (None, None | Some(b' ' | b'\n' | b'\r' | b'\t')) => break,
+                (None, Some(q @ (b'"' | b'\''))) => {
+                    quote = Some(q);
+                    i += 1;
+                }
+                (None, Some(b)) => {
+                    word.push(b);
+                    i += 1;
+                }
+            }
+        }
+        args.push(word);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Requests = Vec<Vec<Vec<u8>>>;
+
+    /// Feeds `chunks` one after the other to a decoder, collecting every request;
+    /// returns the requests, then the bytes left over, or the first error.
+    fn feed(chunks: &[&[u8]], limits: Limits) -> Result<(Requests, Vec<u8>), ProtocolError> {
+        let mut decoder = RequestDecoder::new(limits);
+        let mut buf = BytesMut::new();
+        let mut args = Vec::new();
+        let mut out = Vec::new();
+        for chunk in chunks {
+            buf.extend_from_slice(chunk);
+            while decoder.decode(&mut buf, &mut args)? {
+                out.push(args.iter().map(|a| a.to_vec()).collect());
+            }
+        }
+        Ok((out, buf.to_vec()))
+    }
+
+    /// What repeated one-shot parsing makes of `input`, skipping empty requests.
+    fn one_shot(input: &[u8], limits: Limits) -> Result<(Requests, Vec<u8>), ProtocolError> {
+        let mut out = Vec::new();
+        let mut rest = input;
+        while let Some((args, n)) = parse_request(rest, &limits)? {
+            if !args.is_empty() {
+                out.push(args.iter().map(|a| a.to_vec()).collect());
+            }
+            rest = &rest[n..];
+        }
+        Ok((out, rest.to_vec()))
+    }
+
+    /// The result of decoding `input` whole, after checking that every split into
+    /// two reads, byte-at-a-time reads, and one-shot parsing all agree with it.
+    fn decode_every_split(input: &[u8], limits: Limits) -> Result<Requests, ProtocolError> {
+        let whole = feed(&[input], limits);
+        for split in 0..=input.len() {
+            let (a, b) = input.split_at(split);
+            assert_eq!(feed(&[a, b], limits), whole, "split at {split}");
+        }
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(feed(&bytes, limits), whole, "byte at a time");
+        assert_eq!(one_shot(input, limits), whole, "one-shot");
+        whole.map(|(requests, _)| requests)
+    }
+
+    fn ok(input: &[u8]) -> Requests {
+        let requests = decode_every_split(input, Limits::default()).unwrap();
+        requests
+    }
+
+    fn err(input: &[u8], limits: Limits) -> String {
+        decode_every_split(input, limits).unwrap_err().to_string()
+    }
+
+    fn words(list: &[&[&[u8]]]) -> Requests {
+        list.iter().map(|r| r.iter().map(|a| a.to_vec()).collect()).collect()
+    }
+
+    #[test]
+    fn multibulk() {
+        assert_eq!(ok(b"*1\r\n$4\r\nPING\r\n"), words(&[&[b"PING"]]));
+        assert_eq!(
+            ok(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n*1\r\n$4\r\nPING\r\n"),
+            words(&[&[b"SET", b"k", b""], &[b"PING"]])
+        );
+        // Binary data, CRLF included, is opaque.
+        assert_eq!(
+            ok(b"*2\r\n$3\r\nGET\r\n$4\r\n\r\n\0*\r\n"),
+            words(&[&[b"GET", b"\r\n\0*"]])
+        );
+    }
+
+    #[test]
+    fn empty_requests_are_skipped() {
+        assert_eq!(ok(b"*0\r\n*-1\r\n\r\n\n  \t\r\n*1\r\n$1\r\nx\r\n"), words(&[&[b"x"]]));
+        let (requests, rest) = feed(&[b"*0\r\n\r\n"], Limits::default()).unwrap();
+        assert!(requests.is_empty());
+        assert!(rest.is_empty(), "skipped requests are consumed");
+    }
+
+    #[test]
+    fn incomplete_consumes_nothing() {
+        let (requests, rest) = feed(&[b"*2\r\n$3\r\nGET\r\n$1"], Limits::default()).unwrap();
+        assert!(requests.is_empty());
+        assert_eq!(rest, b"*2\r\n$3\r\nGET\r\n$1");
+        assert_eq!(parse_request(b"*2\r\n$3\r\nGET\r\n", &Limits::default()), Ok(None));
+    }
+
+    #[test]
+    fn inline() {
+        assert_eq!(ok(b"PING\r\n"), words(&[&[b"PING"]]));
+        assert_eq!(ok(b"set  a\tb\n"), words(&[&[b"set", b"a", b"b"]]));
+        assert_eq!(
+            ok(b"SET k \"a b\\n\\x41\\x4g\\\"\" 'it\\'s' x\"y z\"\r\n"),
+            words(&[&[b"SET", b"k", b"a b\nAx4g\"", b"it's", b"xy z"]])
+        );
+        assert_eq!(ok(b"\"\" ''\r\n"), words(&[&[b"", b""]]));
+        assert_eq!(ok(b"a\x0bb \x0c c\r\n"), words(&[&[b"a\x0bb", b"c"]]));
+        // Only one CR before the LF belongs to the terminator; others separate.
+        assert_eq!(ok(b"a\rb\r\r\n"), words(&[&[b"a", b"b"]]));
+        // An inline request followed by a multibulk one.
+        assert_eq!(
+            ok(b"PING\n*1\r\n$4\r\nPING\r\n"),
+            words(&[&[b"PING"], &[b"PING"]])
+        );
+    }
+
+    #[test]
+    fn split_args_like_sdssplitargs() {
+        let split = |s: &[u8]| split_args(s);
+        assert_eq!(split(b""), Some(vec![]));
+        assert_eq!(split(b"\"\\a\\b\\t\\r\\q\\\\\""), Some(vec![b"\x07\x08\t\rq\\".to_vec()]));
+        assert_eq!(split(b"'a\\nb'"), Some(vec![b"a\\nb".to_vec()]));
+        assert_eq!(split(b"\"abc"), None);
+        assert_eq!(split(b"'abc"), None);
+        assert_eq!(split(b"\"abc\"x"), None);
+        assert_eq!(split(b"'abc'x"), None);
+        assert_eq!(split(b"\"abc\\\""), None);
+        assert_eq!(split(b"\"abc\\"), None);
+        assert_eq!(split(b"\"a\"\x0c"), Some(vec![b"a".to_vec()]));
+    }
+
+    #[test]
+    fn errors_have_redis_texts() {
+        let limits = Limits::default();
+        let e = |input: &[u8]| err(input, limits);
+        assert_eq!(e(b"*x\r\n"), "Protocol error: invalid multibulk length");
+        assert_eq!(e(b"*-2\r\n"), "Protocol error: invalid multibulk length");
+        assert_eq!(e(b"*+1\r\n"), "Protocol error: invalid multibulk length");
+        assert_eq!(e(b"*\r\n"), "Protocol error: invalid multibulk length");
+        assert_eq!(e(b"*1\rx"), "Protocol error: invalid multibulk length");
+        assert_eq!(e(b"*1\r\n$x\r\n"), "Protocol error: invalid bulk length");
+        assert_eq!(e(b"*1\r\n$-1\r\n"), "Protocol error: invalid bulk length");
+        assert_eq!(e(b"*1\r\n$01\r\n"), "Protocol error: invalid bulk length");
+        assert_eq!(e(b"*1\r\n:1\r\n"), "Protocol error: expected '$', got ':'");
+        assert_eq!(e(b"*2\r\n$1\r\na\r\n\r\n"), "Protocol error: expected '$', got '\\r'");
+        assert_eq!(e(b"*1\r\n$1\r\nab\r\n"), "Protocol error: expected CRLF after bulk data");
+        assert_eq!(e(b"\"abc\r\n"), "Protocol error: unbalanced quotes in request");
+        assert_eq!(e(b"a 'b'c\r\n"), "Protocol error: unbalanced quotes in request");
+    }
+
+    #[test]
+    fn limits_are_checked_before_the_data_arrives() {
+        let limits = Limits {
+            max_bulk_len: 10,
+            max_multibulk_len: 3,
+            max_inline_len: 8,
+            ..Limits::default()
+        };
+        let e = |input: &[u8]| err(input, limits);
+        assert_eq!(e(b"*4\r\n"), "Protocol error: invalid multibulk length");
+        assert_eq!(e(b"*1\r\n$11\r\n"), "Protocol error: invalid bulk length");
+        assert_eq!(e(b"123456789\r\n"), "Protocol error: too big inline request");
+        assert_eq!(e(b"123456789\r"), "Protocol error: too big inline request");
+        assert_eq!(decode_every_split(b"123456789", limits), Ok(vec![]), "might be 8 + CR");
+        assert_eq!(decode_every_split(b"12345678\r\n", limits).unwrap().len(), 1);
+        assert_eq!(decode_every_split(b"*3\r\n$10\r\n0123456789\r\n", limits), Ok(vec![]));
+
+        let huge = b"*1\r\n$999999999999\r\n";
+        assert_eq!(e(huge), "Protocol error: invalid bulk length");
+        let mut decoder = RequestDecoder::new(Limits::default());
+        let mut buf = BytesMut::from(&huge[..]);
+        assert!(decoder.decode(&mut buf, &mut Vec::new()).is_err());
+        assert!(buf.capacity() < 1024, "nothing reserved for the announced data");
+    }
+
+    #[test]
+    fn header_lines_are_bounded() {
+        let mut long = b"*".to_vec();
+        long.resize(MAX_HEADER_LINE + 1, b'1');
+        let e = |input: &[u8]| feed(&[input], Limits::default()).unwrap_err().to_string();
+        assert_eq!(e(&long), "Protocol error: too big mbulk count string");
+        long.extend_from_slice(b"\r\n");
+        assert_eq!(e(&long), "Protocol error: too big mbulk count string");
+        let mut long = b"*1\r\n$".to_vec();
+        long.resize(MAX_HEADER_LINE + 5, b'1');
+        assert_eq!(e(&long), "Protocol error: too big bulk count string");
+        // Just within the limit, the line is read and its number judged.
+        let mut fits = b"*".to_vec();
+        fits.resize(MAX_HEADER_LINE, b'1');
+        fits.extend_from_slice(b"\r\n");
+        assert_eq!(e(&fits), "Protocol error: invalid multibulk length");
+    }
+
+    #[test]
+    fn arguments_are_slices_of_one_buffer() {
+        let mut decoder = RequestDecoder::default();
+        let mut buf = BytesMut::from(&b"*2\r\n$3\r\nGET\r\n$3\r\nkey\r\n"[..]);
+        let mut args = Vec::new();
+        assert!(decoder.decode(&mut buf, &mut args).unwrap());
+        // "GET\r\n$3\r\n" lies between the two arguments.
+        assert_eq!(args[1].as_ptr() as usize - args[0].as_ptr() as usize, 3 + 2 + 4);
+    }
+
+    #[test]
+    fn resumes_where_it_stopped() {
+        let n = 20_000;
+        let mut input = format!("*{n}\r\n").into_bytes();
+        for i in 0..n {
+            let arg = i.to_string();
+            input.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
+        }
+        let mut decoder = RequestDecoder::default();
+        let mut buf = BytesMut::new();
+        let mut args = Vec::new();
+        let half = input.len() / 2;
+        buf.extend_from_slice(&input[..half]);
+        assert!(!decoder.decode(&mut buf, &mut args).unwrap());
+        let parsed = decoder.progress.args.len();
+        assert!(parsed > n / 3, "arguments parsed so far are remembered");
+        assert_eq!(buf.len(), half);
+        for chunk in input[half..].chunks(7) {
+            assert!(args.is_empty());
+            buf.extend_from_slice(chunk);
+            decoder.decode(&mut buf, &mut args).unwrap();
+        }
+        assert_eq!(args.len(), n);
+        assert_eq!(args[n - 1], (n - 1).to_string());
+        assert!(buf.is_empty());
+        assert!(decoder.progress.args.capacity() <= MAX_PREALLOC);
+    }
+
+    #[test]
+    fn strict_integers() {
+        let p = |s: &[u8]| parse_strict_i64(s);
+        assert_eq!(p(b"0"), Some(0));
+        assert_eq!(p(b"-1"), Some(-1));
+        assert_eq!(p(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(p(b"-9223372036854775808"), Some(i64::MIN));
+        for bad in [
+            &b""[..],
+            b"-",
+            b"-0",
+            b"01",
+            b"+1",
+            b" 1",
+            b"1 ",
+            b"1x",
+            b"9223372036854775808",
+            b"-9223372036854775809",
+        ] {
+            assert_eq!(p(bad), None, "{}", bad.escape_ascii());
+        }
     }
 }

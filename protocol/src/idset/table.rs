@@ -1,0 +1,557 @@
+//! Views over table bytes: [`Header`], the read-only [`TableRef`] and the in-place
+//! [`TableMut`]. They own nothing and allocate nothing.
+//!
+//! Every lookup here is bounded by `capacity` slot reads and every slot read is inside
+//! the slice (the header check ties the slice length to the capacity), so even bytes
+//! that were never validated cannot make these loop, panic or read out of bounds; they
+//! can only give wrong answers about themselves. Use [`validate`](super::validate) on
+//! bytes you did not build or validate yourself.
+
+use std::fmt;
+use std::slice::ChunksExact;
+
+use super::hash::{hash, start_and_step};
+use super::validate::FormatError;
+use super::{
+    inplace_limit, table_len, DELETED, EMPTY, FLAGS_KNOWN, FLAG_HAS_MAX, FLAG_HAS_ZERO,
+    HEADER_LEN, MAGIC, MAX_CAPACITY, MIN_CAPACITY, OFF_CAPACITY, OFF_COUNT, OFF_DELETED,
+    OFF_FLAGS, OFF_MAGIC, OFF_RESERVED, OFF_SEED, OFF_VERSION, SLOT_LEN, VERSION,
+};
+
+#[inline]
+pub(crate) fn read_u32(bytes: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(bytes[off..off + 4].try_into().unwrap())
+}
+
+#[inline]
+pub(crate) fn read_u64(bytes: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(bytes[off..off + 8].try_into().unwrap())
+}
+
+#[inline]
+pub(crate) fn write_u32(bytes: &mut [u8], off: usize, v: u32) {
+    bytes[off..off + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+#[inline]
+pub(crate) fn write_u64(bytes: &mut [u8], off: usize, v: u64) {
+    bytes[off..off + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Byte offset of slot `i`.
+#[inline]
+pub(crate) fn slot_off(i: u64) -> usize {
+    HEADER_LEN + SLOT_LEN * i as usize
+}
+
+/// The value in slot `i` of a whole table (header included).
+#[inline]
+pub(crate) fn read_slot(bytes: &[u8], i: u64) -> u64 {
+    read_u64(bytes, slot_off(i))
+}
+
+/// The probe sequence of `id`: at most `capacity` slot indices. Indices are `u64` so
+/// `slot + step` cannot overflow for any `u32` capacity.
+#[derive(Clone, Copy)]
+pub(crate) struct Probe {
+    slot: u64,
+    step: u64,
+    cap: u64,
+}
+
+impl Probe {
+    #[inline]
+    pub(crate) fn new(id: u64, seed: u64, capacity: u32) -> Self {
+        let (start, step) = start_and_step(hash(id, seed), capacity);
+        Self { slot: u64::from(start), step: u64::from(step), cap: u64::from(capacity) }
+    }
+
+    #[inline]
+    pub(crate) fn slot(&self) -> u64 {
+        self.slot
+    }
+
+    #[inline]
+    pub(crate) fn advance(&mut self) {
+        self.slot += self.step;
+        if self.slot >= self.cap {
+            self.slot -= self.cap;
+        }
+    }
+}
+
+/// Where a lookup for an id ended.
+enum Lookup {
+    /// The id is in this slot.
+    Found(u64),
+    /// The id is absent. `reuse` is the first [`DELETED`] slot on its probe path, `empty`
+    /// the [`EMPTY`] slot that ended the lookup (`None` only in a table with no empty
+    /// slot, which validation refuses).
+    Absent { reuse: Option<u64>, empty: Option<u64> },
+}
+
+/// A lookup of a slot id (not 0 or `u64::MAX`): until the id, an empty slot, or
+/// `capacity` reads.
+#[inline]
+fn lookup(bytes: &[u8], capacity: u32, seed: u64, id: u64) -> Lookup {
+    let mut probe = Probe::new(id, seed, capacity);
+    let mut reuse = None;
+    for _ in 0..capacity {
+        let v = read_slot(bytes, probe.slot());
+        if v == id {
+            return Lookup::Found(probe.slot());
+        }
+        if v == EMPTY {
+            return Lookup::Absent { reuse, empty: Some(probe.slot()) };
+        }
+        if v == DELETED && reuse.is_none() {
+            reuse = Some(probe.slot());
+        }
+        probe.advance();
+    }
+    Lookup::Absent { reuse, empty: None }
+}
+
+/// Whether slot id `id` is in the table: the hot path, kept minimal.
+#[inline]
+fn contains_in_slots(bytes: &[u8], capacity: u32, seed: u64, id: u64) -> bool {
+    let mut probe = Probe::new(id, seed, capacity);
+    for _ in 0..capacity {
+        let v = read_slot(bytes, probe.slot());
+        if v == id {
+            return true;
+        }
+        if v == EMPTY {
+            return false;
+        }
+        probe.advance();
+    }
+    false
+}
+
+/// The flag bit that stands for `id` in the header, if `id` is a marker value.
+#[inline]
+pub(crate) fn flag_for(id: u64) -> Option<u8> {
+    match id {
+        EMPTY => Some(FLAG_HAS_ZERO),
+        DELETED => Some(FLAG_HAS_MAX),
+        _ => None,
+    }
+}
+
+/// The decoded 32-byte header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Header {
+    /// Format version ([`VERSION`]).
+    pub version: u8,
+    /// [`FLAG_HAS_ZERO`] and [`FLAG_HAS_MAX`].
+    pub flags: u8,
+    /// Hash seed.
+    pub seed: u64,
+    /// Number of slots.
+    pub capacity: u32,
+    /// Number of ids stored in slots (the flag ids not included).
+    pub count: u32,
+    /// Number of [`DELETED`] slots.
+    pub deleted: u32,
+}
+
+impl Header {
+    /// Decodes and checks the header of `bytes`, a whole table: magic, version, flag
+    /// bits, reserved field, capacity range, and `bytes.len() == 32 + 8 * capacity`.
+    /// O(1): it does not look at the slots or test the capacity for primality (see
+    /// [`validate`](super::validate) for that).
+    ///
+    /// # Errors
+    ///
+    /// The first [`FormatError`] found, in the order listed above (a short input that
+    /// is not a prefix of the magic is [`FormatError::BadMagic`], one that is, is
+    /// [`FormatError::TooShort`]).
+    pub fn parse(bytes: &[u8]) -> Result<Self, FormatError> {
+        let magic_end = OFF_MAGIC + MAGIC.len();
+        let prefix = &bytes[..bytes.len().min(magic_end)];
+        if prefix != &MAGIC[..prefix.len()] {
+            return Err(FormatError::BadMagic);
+        }
+        if bytes.len() < HEADER_LEN {
+            return Err(FormatError::TooShort { len: bytes.len() });
+        }
+        let version = bytes[OFF_VERSION];
+        if version != VERSION {
+            return Err(FormatError::UnsupportedVersion { version });
+        }
+        let flags = bytes[OFF_FLAGS];
+        if flags & !FLAGS_KNOWN != 0 {
+            return Err(FormatError::UnknownFlags { flags });
+        }
+        let reserved = read_u32(bytes, OFF_RESERVED);
+        if reserved != 0 {
+            return Err(FormatError::ReservedNotZero { reserved });
+        }
+        let capacity = read_u32(bytes, OFF_CAPACITY);
+        if !(MIN_CAPACITY..=MAX_CAPACITY).contains(&capacity) {
+            return Err(FormatError::CapacityOutOfRange { capacity });
+        }
+        if bytes.len() as u64 != table_len(capacity) {
+            return Err(FormatError::LengthMismatch {
+                len: bytes.len(),
+                capacity,
+                expected: table_len(capacity),
+            });
+        }
+        Ok(Self {
+            version,
+            flags,
+            seed: read_u64(bytes, OFF_SEED),
+            capacity,
+            count: read_u32(bytes, OFF_COUNT),
+            deleted: read_u32(bytes, OFF_DELETED),
+        })
+    }
+
+    /// Reads the header fields of a table whose header was already checked.
+    fn read_unchecked(bytes: &[u8]) -> Self {
+        Self {
+            version: bytes[OFF_VERSION],
+            flags: bytes[OFF_FLAGS],
+            seed: read_u64(bytes, OFF_SEED),
+            capacity: read_u32(bytes, OFF_CAPACITY),
+            count: read_u32(bytes, OFF_COUNT),
+            deleted: read_u32(bytes, OFF_DELETED),
+        }
+    }
+
+    /// The 32 header bytes: magic, these fields, reserved field zero.
+    #[must_use]
+    pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
+        let mut out = [0u8; HEADER_LEN];
+        out[OFF_MAGIC..OFF_MAGIC + MAGIC.len()].copy_from_slice(&MAGIC);
+        out[OFF_VERSION] = self.version;
+        out[OFF_FLAGS] = self.flags;
+        write_u64(&mut out, OFF_SEED, self.seed);
+        write_u32(&mut out, OFF_CAPACITY, self.capacity);
+        write_u32(&mut out, OFF_COUNT, self.count);
+        write_u32(&mut out, OFF_DELETED, self.deleted);
+        out
+    }
+
+    /// Number of members: ids in slots plus the flag ids.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        u64::from(self.count) + u64::from((self.flags & FLAGS_KNOWN).count_ones())
+    }
+
+    /// Whether the set has no members.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A read-only view of a table.
+///
+/// Obtained from [`validate`](super::validate) (untrusted bytes: full check) or
+/// [`TableRef::open`] (bytes known to be valid: header check only). Cheap to copy.
+#[derive(Clone, Copy)]
+pub struct TableRef<'a> {
+    bytes: &'a [u8],
+    header: Header,
+}
+
+impl<'a> TableRef<'a> {
+    /// A view of `bytes` after checking only the header ([`Header::parse`], O(1)).
+    ///
+    /// Meant for bytes that were validated before, such as a value the server
+    /// validated when it was stored and has only changed through [`TableMut`] since.
+    /// On other bytes every method is still memory-safe, bounded and panic-free, but
+    /// answers about the set may be wrong.
+    ///
+    /// # Errors
+    ///
+    /// The [`FormatError`] of [`Header::parse`].
+    pub fn open(bytes: &'a [u8]) -> Result<Self, FormatError> {
+        let header = Header::parse(bytes)?;
+        Ok(Self { bytes, header })
+    }
+
+    /// Whether `id` is a member. Reads at most `capacity` slots.
+    #[inline]
+    #[must_use]
+    pub fn contains(&self, id: u64) -> bool {
+        match flag_for(id) {
+            Some(bit) => self.header.flags & bit != 0,
+            None => contains_in_slots(self.bytes, self.header.capacity, self.header.seed, id),
+        }
+    }
+
+    /// Number of members (ids in slots plus the flag ids), as the header says.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.header.len()
+    }
+
+    /// Whether the set has no members.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.header.is_empty()
+    }
+
+    /// The decoded header.
+    #[must_use]
+    pub fn header(&self) -> Header {
+        self.header
+    }
+
+    /// Number of slots.
+    #[must_use]
+    pub fn capacity(&self) -> u32 {
+        self.header.capacity
+    }
+
+    /// Number of ids stored in slots (members other than 0 and `u64::MAX`).
+    #[must_use]
+    pub fn count(&self) -> u32 {
+        self.header.count
+    }
+
+    /// Number of [`DELETED`] slots.
+    #[must_use]
+    pub fn deleted(&self) -> u32 {
+        self.header.deleted
+    }
+
+    /// The hash seed.
+    #[must_use]
+    pub fn seed(&self) -> u64 {
+        self.header.seed
+    }
+
+    /// Fraction of the slots in use, live or deleted: `(count + deleted) / capacity`.
+    /// This, not the live count, is what lookup cost depends on.
+    #[must_use]
+    pub fn load_factor(&self) -> f64 {
+        (f64::from(self.header.count) + f64::from(self.header.deleted))
+            / f64::from(self.header.capacity)
+    }
+
+    /// How many more ids can be inserted into empty slots before
+    /// [`TableMut::insert`] returns [`Full`] (see [`inplace_limit`]). Inserts that
+    /// reuse a deleted slot do not use this room.
+    #[must_use]
+    pub fn room_in_place(&self) -> u32 {
+        let used = self.header.count.saturating_add(self.header.deleted);
+        inplace_limit(self.header.capacity).saturating_sub(used)
+    }
+
+    /// Every member once: 0 first if it is a member, then the slot ids in slot order,
+    /// then `u64::MAX` if it is a member.
+    #[must_use]
+    pub fn iter(&self) -> Iter<'a> {
+        Iter {
+            zero: self.header.flags & FLAG_HAS_ZERO != 0,
+            max: self.header.flags & FLAG_HAS_MAX != 0,
+            slots: self.bytes[HEADER_LEN..].chunks_exact(SLOT_LEN),
+        }
+    }
+
+    /// The whole table, header included.
+    #[must_use]
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+}
+
+impl fmt::Debug for TableRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TableRef").field("header", &self.header).finish_non_exhaustive()
+    }
+}
+
+impl<'a> IntoIterator for &TableRef<'a> {
+    type Item = u64;
+    type IntoIter = Iter<'a>;
+
+    fn into_iter(self) -> Iter<'a> {
+        self.iter()
+    }
+}
+
+/// Iterator over the members of a table; see [`TableRef::iter`].
+#[derive(Clone)]
+pub struct Iter<'a> {
+    zero: bool,
+    max: bool,
+    slots: ChunksExact<'a, u8>,
+}
+
+impl Iterator for Iter<'_> {
+    type Item = u64;
+
+    #[inline]
+    fn next(&mut self) -> Option<u64> {
+        if self.zero {
+            self.zero = false;
+            return Some(EMPTY);
+        }
+        for chunk in self.slots.by_ref() {
+            let v = u64::from_le_bytes(chunk.try_into().unwrap());
+            if v != EMPTY && v != DELETED {
+                return Some(v);
+            }
+        }
+        if self.max {
+            self.max = false;
+            return Some(DELETED);
+        }
+        None
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let flags = usize::from(self.zero) + usize::from(self.max);
+        (flags, self.slots.len().checked_add(flags))
+    }
+}
+
+impl std::iter::FusedIterator for Iter<'_> {}
+
+impl fmt::Debug for Iter<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Iter").field("slots_left", &self.slots.len()).finish_non_exhaustive()
+    }
+}
+
+/// The table has no room for another id in place; rebuild it larger with
+/// [`rebuild`](super::rebuild) and insert into the new table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("idset table is full; rebuild it with more capacity")]
+pub struct Full;
+
+/// A view of a table that inserts and removes ids in place, keeping the header's
+/// flags, count and deleted count right.
+///
+/// Obtained from [`validate_mut`](super::validate_mut) (untrusted bytes) or
+/// [`TableMut::open`] (bytes known to be valid). An operation on a valid table leaves
+/// it valid.
+pub struct TableMut<'a> {
+    bytes: &'a mut [u8],
+    capacity: u32,
+    seed: u64,
+}
+
+impl<'a> TableMut<'a> {
+    /// A mutable view of `bytes` after checking only the header, as
+    /// [`TableRef::open`]. On bytes that are not a valid table, operations stay
+    /// memory-safe, bounded and panic-free but may corrupt the set further.
+    ///
+    /// # Errors
+    ///
+    /// The [`FormatError`] of [`Header::parse`].
+    pub fn open(bytes: &'a mut [u8]) -> Result<Self, FormatError> {
+        let header = Header::parse(bytes)?;
+        Ok(Self { bytes, capacity: header.capacity, seed: header.seed })
+    }
+
+    /// A read-only view of the table as it is now.
+    #[must_use]
+    pub fn as_table(&self) -> TableRef<'_> {
+        TableRef { bytes: self.bytes, header: Header::read_unchecked(self.bytes) }
+    }
+
+    /// Whether `id` is a member.
+    #[must_use]
+    pub fn contains(&self, id: u64) -> bool {
+        match flag_for(id) {
+            Some(bit) => self.flags() & bit != 0,
+            None => contains_in_slots(self.bytes, self.capacity, self.seed, id),
+        }
+    }
+
+    /// Number of members.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        Header::read_unchecked(self.bytes).len()
+    }
+
+    /// Whether the set has no members.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Adds `id`. Returns whether it was newly added (`Ok(false)`: already a member).
+    ///
+    /// The id goes into the first [`DELETED`] slot on its probe path if there is one
+    /// (only after the lookup has reached an [`EMPTY`] slot without finding the id),
+    /// otherwise into that empty slot. Ids 0 and `u64::MAX` only set a header flag.
+    ///
+    /// # Errors
+    ///
+    /// [`Full`] if the id is absent, no deleted slot is on its path, and taking an
+    /// empty slot would make `count + deleted` exceed [`inplace_limit`]`(capacity)`.
+    /// The table is unchanged then.
+    pub fn insert(&mut self, id: u64) -> Result<bool, Full> {
+        if let Some(bit) = flag_for(id) {
+            let flags = self.flags();
+            self.bytes[OFF_FLAGS] = flags | bit;
+            return Ok(flags & bit == 0);
+        }
+        let count = read_u32(self.bytes, OFF_COUNT);
+        let deleted = read_u32(self.bytes, OFF_DELETED);
+        match lookup(self.bytes, self.capacity, self.seed, id) {
+            Lookup::Found(_) => return Ok(false),
+            Lookup::Absent { reuse: Some(slot), .. } => {
+                write_u64(self.bytes, slot_off(slot), id);
+                write_u32(self.bytes, OFF_DELETED, deleted.saturating_sub(1));
+            }
+            Lookup::Absent { reuse: None, empty: Some(slot) } => {
+                let used = u64::from(count) + u64::from(deleted);
+                if used + 1 > u64::from(inplace_limit(self.capacity)) {
+                    return Err(Full);
+                }
+                write_u64(self.bytes, slot_off(slot), id);
+            }
+            Lookup::Absent { reuse: None, empty: None } => return Err(Full),
+        }
+        write_u32(self.bytes, OFF_COUNT, count.saturating_add(1));
+        Ok(true)
+    }
+
+    /// Removes `id`. Returns whether it was a member.
+    ///
+    /// Its slot becomes [`DELETED`] (not [`EMPTY`]: other ids' probe paths may pass
+    /// through it). Ids 0 and `u64::MAX` only clear a header flag.
+    pub fn remove(&mut self, id: u64) -> bool {
+        if let Some(bit) = flag_for(id) {
+            let flags = self.flags();
+            self.bytes[OFF_FLAGS] = flags & !bit;
+            return flags & bit != 0;
+        }
+        let Lookup::Found(slot) = lookup(self.bytes, self.capacity, self.seed, id) else {
+            return false;
+        };
+        write_u64(self.bytes, slot_off(slot), DELETED);
+        let count = read_u32(self.bytes, OFF_COUNT);
+        let deleted = read_u32(self.bytes, OFF_DELETED);
+        write_u32(self.bytes, OFF_COUNT, count.saturating_sub(1));
+        write_u32(self.bytes, OFF_DELETED, deleted.saturating_add(1));
+        true
+    }
+
+    /// The whole table, header included.
+    #[must_use]
+    pub fn as_bytes(&self) -> &[u8] {
+        self.bytes
+    }
+
+    fn flags(&self) -> u8 {
+        self.bytes[OFF_FLAGS]
+    }
+}
+
+impl fmt::Debug for TableMut<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TableMut")
+            .field("header", &Header::read_unchecked(self.bytes))
+            .finish_non_exhaustive()
+    }
+}

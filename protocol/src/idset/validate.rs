@@ -1,0 +1,206 @@
+//! Checking untrusted bytes: [`validate`] accepts exactly the byte strings that are
+//! well-formed tables, in time linear in their length, and explains any refusal in a
+//! sentence a client can be shown ([`FormatError`]'s `Display`).
+
+use super::prime::is_prime;
+use super::table::{read_slot, Probe, TableMut, TableRef};
+use super::{DELETED, EMPTY, MAGIC, MAX_CAPACITY, MIN_CAPACITY, PROBE_BUDGET_PER_SLOT};
+
+/// Why bytes are not a valid table. The `Display` text is meant for clients.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FormatError {
+    /// The input does not start with [`MAGIC`].
+    #[error("bad magic: an idset table starts with the bytes 89 52 43 49 44 53")]
+    BadMagic,
+    /// Shorter than the header.
+    #[error("table is {len} bytes, shorter than the 32-byte header")]
+    TooShort {
+        /// Input length.
+        len: usize,
+    },
+    /// A version this code does not read.
+    #[error("unsupported table version {version} (this server reads version 1)")]
+    UnsupportedVersion {
+        /// The version byte.
+        version: u8,
+    },
+    /// Flag bits other than [`FLAGS_KNOWN`](super::FLAGS_KNOWN) are set.
+    #[error("unknown flag bits set (flags byte 0x{flags:02x}, only 0x03 is defined)")]
+    UnknownFlags {
+        /// The flags byte.
+        flags: u8,
+    },
+    /// The reserved header field is not zero.
+    #[error("reserved header field is {reserved}, must be 0")]
+    ReservedNotZero {
+        /// The reserved field.
+        reserved: u32,
+    },
+    /// Capacity below [`MIN_CAPACITY`] or above [`MAX_CAPACITY`].
+    #[error("capacity {capacity} is out of range ({MIN_CAPACITY} to {MAX_CAPACITY})")]
+    CapacityOutOfRange {
+        /// The capacity field.
+        capacity: u32,
+    },
+    /// The input length is not `32 + 8 * capacity`.
+    #[error("table length {len} does not match capacity {capacity} (expected {expected} bytes)")]
+    LengthMismatch {
+        /// Input length.
+        len: usize,
+        /// The capacity field.
+        capacity: u32,
+        /// `32 + 8 * capacity`.
+        expected: u64,
+    },
+    /// The capacity is not prime.
+    #[error("capacity {capacity} is not prime")]
+    CapacityNotPrime {
+        /// The capacity field.
+        capacity: u32,
+    },
+    /// The header's count differs from the number of ids in the slots.
+    #[error("header count {header} but {actual} ids in slots")]
+    CountMismatch {
+        /// The count field.
+        header: u32,
+        /// Slots that hold an id.
+        actual: u64,
+    },
+    /// The header's deleted count differs from the number of deleted slots.
+    #[error("header deleted count {header} but {actual} deleted slots")]
+    DeletedMismatch {
+        /// The deleted field.
+        header: u32,
+        /// Slots equal to [`DELETED`].
+        actual: u64,
+    },
+    /// No slot is [`EMPTY`] (lookups for absent ids must end somewhere).
+    #[error("no empty slot: a table must keep at least one")]
+    NoEmptySlot,
+    /// A lookup for the id reaches an empty slot before the slot the id is in.
+    #[error("id {id} at slot {slot} is not reachable from its probe sequence")]
+    Unreachable {
+        /// The id.
+        id: u64,
+        /// The slot it is in.
+        slot: u32,
+    },
+    /// The id is stored in two slots.
+    #[error("id {id} appears twice (slots {first} and {second})")]
+    Duplicate {
+        /// The id.
+        id: u64,
+        /// The slot a lookup finds it in.
+        first: u32,
+        /// The other slot.
+        second: u32,
+    },
+    /// Lookups of the stored ids together read more than
+    /// [`PROBE_BUDGET_PER_SLOT`]` * capacity` slots.
+    #[error(
+        "lookups of the stored ids read more than {budget} slots (64 per slot of capacity); \
+         rebuild the table with a lower load or another seed"
+    )]
+    ProbeBudget {
+        /// `PROBE_BUDGET_PER_SLOT * capacity`.
+        budget: u64,
+    },
+}
+
+/// Whether `bytes` starts with the table magic: the cheap test of whether a value is
+/// meant as a table (it may still be an invalid one).
+#[must_use]
+pub fn looks_like_table(bytes: &[u8]) -> bool {
+    bytes.starts_with(&MAGIC)
+}
+
+/// Checks that `bytes` is a valid table and returns a view of it.
+///
+/// Checks, in order: the header ([`Header::parse`](super::Header::parse): magic,
+/// version, flag bits, reserved field, capacity range, length), that the capacity is
+/// prime, that the header's count and deleted count match the slots, that at least one
+/// slot is empty, and that a lookup of every stored id ends at the id's own slot
+/// (which proves it reachable and rules out duplicates), within a total of
+/// [`PROBE_BUDGET_PER_SLOT`]` * capacity` slot reads.
+///
+/// Runs in O(capacity) time on any input, allocates nothing, and never panics.
+///
+/// # Errors
+///
+/// The first [`FormatError`] found.
+pub fn validate(bytes: &[u8]) -> Result<TableRef<'_>, FormatError> {
+    let table = TableRef::open(bytes)?;
+    let cap = table.capacity();
+    if !is_prime(cap) {
+        return Err(FormatError::CapacityNotPrime { capacity: cap });
+    }
+
+    let (mut live, mut deleted) = (0u64, 0u64);
+    for i in 0..u64::from(cap) {
+        match read_slot(bytes, i) {
+            EMPTY => {}
+            DELETED => deleted += 1,
+            _ => live += 1,
+        }
+    }
+    if live != u64::from(table.count()) {
+        return Err(FormatError::CountMismatch { header: table.count(), actual: live });
+    }
+    if deleted != u64::from(table.deleted()) {
+        return Err(FormatError::DeletedMismatch { header: table.deleted(), actual: deleted });
+    }
+    if live + deleted >= u64::from(cap) {
+        return Err(FormatError::NoEmptySlot);
+    }
+
+    let budget = PROBE_BUDGET_PER_SLOT * u64::from(cap);
+    let mut reads = 0u64;
+    let seed = table.seed();
+    for i in 0..u64::from(cap) {
+        let id = read_slot(bytes, i);
+        if id == EMPTY || id == DELETED {
+            continue;
+        }
+        let mut probe = Probe::new(id, seed, cap);
+        let mut found = false;
+        // A prime capacity makes the sequence visit every slot, so it meets `i` or an
+        // empty slot within `cap` reads; the bound is for the reader's peace of mind.
+        for _ in 0..cap {
+            reads += 1;
+            if reads > budget {
+                return Err(FormatError::ProbeBudget { budget });
+            }
+            let v = read_slot(bytes, probe.slot());
+            if v == id {
+                if probe.slot() != i {
+                    return Err(FormatError::Duplicate {
+                        id,
+                        first: probe.slot() as u32,
+                        second: i as u32,
+                    });
+                }
+                found = true;
+                break;
+            }
+            if v == EMPTY {
+                break;
+            }
+            probe.advance();
+        }
+        if !found {
+            return Err(FormatError::Unreachable { id, slot: i as u32 });
+        }
+    }
+    Ok(table)
+}
+
+/// [`validate`], then a [`TableMut`] over the same bytes.
+///
+/// # Errors
+///
+/// The first [`FormatError`] found.
+pub fn validate_mut(bytes: &mut [u8]) -> Result<TableMut<'_>, FormatError> {
+    validate(bytes)?;
+    TableMut::open(bytes)
+}

@@ -1,0 +1,352 @@
+//! Commands: the dispatch table and the execution context.
+//!
+//! A request becomes a command here: look it up by name (case-insensitive), resolve
+//! a subcommand, check arity and authentication, queue it if a MULTI is open, or run
+//! its handler. Handlers live one family per file and return a [`Frame`] or a
+//! [`CmdError`]; they never touch sockets, and reach the keyspace only through
+//! [`Ctx::view`], which locks exactly the shards the command's keys live in (or, in
+//! EXEC, hands out the view the whole transaction holds).
+
+pub mod spec;
+
+mod connection;
+mod introspect;
+mod keys;
+mod server;
+mod strings;
+mod transactions;
+
+pub use transactions::discard_session_state;
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+use std::time::Instant;
+
+use bytes::Bytes;
+use relcache_protocol::resp::{Frame, Protocol};
+
+use crate::db::{LockMode, View};
+use crate::error::CmdError;
+use crate::server::Server;
+use crate::session::Session;
+pub use spec::{CommandSpec, Group, Keys};
+
+/// Every top-level command family's table.
+fn families() -> [&'static [CommandSpec]; 6] {
+    [
+        connection::COMMANDS,
+        introspect::COMMANDS,
+        keys::COMMANDS,
+        server::COMMANDS,
+        strings::COMMANDS,
+        transactions::COMMANDS,
+    ]
+}
+
+/// The command table, with a dense id per command and subcommand (for stats).
+pub struct Registry {
+    by_name: HashMap<&'static str, (usize, &'static CommandSpec), ahash::RandomState>,
+    /// Every command and subcommand, by id.
+    pub all: Vec<&'static CommandSpec>,
+}
+
+impl Registry {
+    fn build() -> Registry {
+        let mut r = Registry { by_name: HashMap::default(), all: Vec::new() };
+        for family in families() {
+            for spec in family {
+                let id = r.all.len();
+                r.all.push(spec);
+                let dup = r.by_name.insert(spec.name, (id, spec));
+                assert!(dup.is_none(), "command {} defined twice", spec.name);
+                for sub in spec.subcommands {
+                    r.all.push(sub);
+                    r.by_name.insert(sub.name, (r.all.len() - 1, sub));
+                }
+            }
+        }
+        r
+    }
+
+    /// Looks up a command by the name a client sent, in any case.
+    pub fn get(&self, name: &[u8]) -> Option<(usize, &'static CommandSpec)> {
+        // Lower-case into a stack buffer: no allocation on the hot path.
+        let mut buf = [0u8; 64];
+        let lower = buf.get_mut(..name.len())?;
+        for (d, s) in lower.iter_mut().zip(name) {
+            *d = s.to_ascii_lowercase();
+        }
+        let name = std::str::from_utf8(lower).ok()?;
+        self.by_name.get(name).copied()
+    }
+
+    /// The subcommand of `parent` named `sub`.
+    pub fn sub(&self, parent: &CommandSpec, sub: &[u8]) -> Option<(usize, &'static CommandSpec)> {
+        let mut full = Vec::with_capacity(parent.name.len() + 1 + sub.len());
+        full.extend_from_slice(parent.name.as_bytes());
+        full.push(b'|');
+        full.extend_from_slice(sub);
+        self.get(&full)
+    }
+
+    /// Top-level commands (no subcommands), in table order.
+    pub fn top_level(&self) -> impl Iterator<Item = &'static CommandSpec> + '_ {
+        self.all.iter().copied().filter(|s| !s.name.contains('|'))
+    }
+}
+
+/// The command table.
+pub fn registry() -> &'static Registry {
+    static REGISTRY: LazyLock<Registry> = LazyLock::new(Registry::build);
+    &REGISTRY
+}
+
+enum ViewSlot<'a, 'v> {
+    Unlocked,
+    Own(View<'a>),
+    Exec(&'v mut View<'a>),
+}
+
+/// What a handler runs with. `'a` is the server's lifetime (views borrow its
+/// shards); `'v` is this one command's.
+pub struct Ctx<'a, 'v> {
+    pub server: &'a Server,
+    pub session: &'v mut Session,
+    pub spec: &'static CommandSpec,
+    args: &'v [Bytes],
+    view: ViewSlot<'a, 'v>,
+}
+
+impl<'a, 'v> Ctx<'a, 'v> {
+    /// The locked keyspace for this command's keys, locked on first use so a handler
+    /// can parse and validate its arguments before taking any lock.
+    pub fn view(&mut self) -> &mut View<'a> {
+        if matches!(self.view, ViewSlot::Unlocked) {
+            let mode = if self.spec.has(spec::WRITE) || self.spec.has(spec::LOCK_WRITE) {
+                LockMode::Write
+            } else {
+                LockMode::Read
+            };
+            let db = &self.server.db;
+            let v = match self.spec.key_indices(self.args) {
+                None => db.view::<&[u8]>(&[], true, mode),
+                Some(idx) => {
+                    let keys: Vec<&[u8]> = idx.iter().map(|&i| &self.args[i][..]).collect();
+                    db.view(&keys, false, mode)
+                }
+            };
+            self.view = ViewSlot::Own(v);
+        }
+        match &mut self.view {
+            ViewSlot::Own(v) => v,
+            ViewSlot::Exec(v) => v,
+            ViewSlot::Unlocked => unreachable!(),
+        }
+    }
+
+    /// The protocol version of this connection.
+    pub fn proto(&self) -> Protocol {
+        self.session.proto
+    }
+
+    /// Whether this command runs inside EXEC.
+    pub fn in_exec(&self) -> bool {
+        matches!(self.view, ViewSlot::Exec(_))
+    }
+}
+
+/// Runs one request and appends its reply to `out`.
+pub fn dispatch(server: &Server, session: &mut Session, args: &[Bytes], out: &mut bytes::BytesMut) {
+    let reply = execute(server, session, args);
+    if reply.is_error() {
+        server.stats.total_error_replies.incr();
+    }
+    reply.encode(session.proto, out);
+}
+
+fn execute(server: &Server, session: &mut Session, args: &[Bytes]) -> Frame {
+    let reg = registry();
+    let resolved = resolve(reg, args);
+    let (id, spec) = match resolved {
+        Ok(found) => found,
+        Err(e) => {
+            if let Some(m) = &mut session.multi {
+                m.failed = true;
+            }
+            return e.to_frame();
+        }
+    };
+    if !session.authenticated && !spec.has(spec::NO_AUTH) && server.config.requirepass.read().is_some() {
+        server.cmdstats[id].rejected_calls.incr();
+        if let Some(m) = &mut session.multi {
+            m.failed = true;
+        }
+        return CmdError::NoAuth.to_frame();
+    }
+    if let Some(m) = &mut session.multi {
+        if !transactions::runs_inside_multi(spec) {
+            m.queued.push(args.to_vec());
+            session.info.multi.store(m.queued.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            return Frame::Simple(Bytes::from_static(b"QUEUED"));
+        }
+    }
+    run(server, session, id, spec, args, None)
+}
+
+/// Finds the command (and subcommand) for `args` and checks its arity.
+fn resolve(reg: &Registry, args: &[Bytes]) -> Result<(usize, &'static CommandSpec), CmdError> {
+    let Some((mut id, mut spec)) = reg.get(&args[0]) else {
+        return Err(unknown_command(args));
+    };
+    if !spec.subcommands.is_empty() {
+        if args.len() < 2 {
+            return Err(CmdError::WrongArity(spec.name.to_string()));
+        }
+        (id, spec) = reg
+            .sub(spec, &args[1])
+            .ok_or_else(|| CmdError::unknown_subcommand(spec.name, &args[1]))?;
+    }
+    if !spec.arity_ok(args.len()) {
+        return Err(CmdError::WrongArity(spec.name.to_string()));
+    }
+    Ok((id, spec))
+}
+
+/// Redis's text: the name and up to the first few arguments, each quoted, each
+/// followed by a space.
+fn unknown_command(args: &[Bytes]) -> CmdError {
+    let mut msg = format!(
+        "unknown command '{}', with args beginning with: ",
+        String::from_utf8_lossy(&args[0][..args[0].len().min(128)])
+    );
+    for a in args.iter().skip(1) {
+        if msg.len() >= 128 {
+            break;
+        }
+        let a = String::from_utf8_lossy(&a[..a.len().min(128)]);
+        msg.push_str(&format!("'{a}' "));
+    }
+    CmdError::Err(msg)
+}
+
+/// Runs a resolved command; `exec_view` is the transaction's view inside EXEC.
+pub(crate) fn run<'a, 'v>(
+    server: &'a Server,
+    session: &'v mut Session,
+    id: usize,
+    spec: &'static CommandSpec,
+    args: &'v [Bytes],
+    exec_view: Option<&'v mut View<'a>>,
+) -> Frame {
+    let start = Instant::now();
+    {
+        let info = &session.info;
+        *info.last_cmd.lock() = spec.name;
+        info.last_active_ms.store(
+            info.created.elapsed().as_millis() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+    let mut ctx = Ctx {
+        server,
+        session,
+        spec,
+        args,
+        view: match exec_view {
+            Some(v) => ViewSlot::Exec(v),
+            None => ViewSlot::Unlocked,
+        },
+    };
+    let result = (spec.handler)(&mut ctx, args);
+    // Dropping the context releases this command's locks before any stats work.
+    if let ViewSlot::Own(v) = ctx.view {
+        server.absorb_view_stats(&v);
+    }
+    let stats = &server.cmdstats[id];
+    stats.calls.incr();
+    stats.usec.add(start.elapsed().as_micros() as u64);
+    server.stats.total_commands_processed.incr();
+    match result {
+        Ok(frame) => frame,
+        Err(e) => {
+            stats.failed_calls.incr();
+            e.to_frame()
+        }
+    }
+}
+
+// Argument parsing shared by the families.
+
+/// Parses a Redis integer argument (`string2ll` rules: no spaces, no `+`, fits i64).
+pub fn parse_i64(arg: &[u8]) -> Result<i64, CmdError> {
+    parse_i64_opt(arg).ok_or(CmdError::NotInteger)
+}
+
+/// [`parse_i64`] without the error.
+pub fn parse_i64_opt(arg: &[u8]) -> Option<i64> {
+    if arg.is_empty() || arg.len() > 20 || arg[0] == b'+' {
+        return None;
+    }
+    if arg.len() > 1 && (arg[0] == b'0' || (arg[0] == b'-' && arg[1] == b'0')) {
+        return None; // no leading zeros ("-0" too), as Redis
+    }
+    std::str::from_utf8(arg).ok()?.parse().ok()
+}
+
+/// Parses a float argument as Redis's `strtold` would accept it (no NaN).
+pub fn parse_f64(arg: &[u8]) -> Result<f64, CmdError> {
+    let s = std::str::from_utf8(arg).map_err(|_| CmdError::NotFloat)?;
+    if s.is_empty() || s.starts_with(char::is_whitespace) || s.ends_with(char::is_whitespace) {
+        return Err(CmdError::NotFloat);
+    }
+    let v: f64 = match s.to_ascii_lowercase().as_str() {
+        "inf" | "+inf" | "infinity" | "+infinity" => f64::INFINITY,
+        "-inf" | "-infinity" => f64::NEG_INFINITY,
+        _ => s.parse().map_err(|_| CmdError::NotFloat)?,
+    };
+    if v.is_nan() {
+        return Err(CmdError::NotFloat);
+    }
+    Ok(v)
+}
+
+/// Case-insensitive comparison of an argument with an ASCII keyword.
+pub fn eq_ic(arg: &[u8], word: &str) -> bool {
+    arg.eq_ignore_ascii_case(word.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_follow_string2ll() {
+        assert_eq!(parse_i64(b"42"), Ok(42));
+        assert_eq!(parse_i64(b"-42"), Ok(-42));
+        assert_eq!(parse_i64(b"0"), Ok(0));
+        assert_eq!(parse_i64(b"9223372036854775807"), Ok(i64::MAX));
+        for bad in [&b""[..], b"+1", b" 1", b"1 ", b"01", b"-0", b"1.0", b"9223372036854775808", b"abc"] {
+            assert_eq!(parse_i64(bad), Err(CmdError::NotInteger), "{:?}", bad);
+        }
+    }
+
+    #[test]
+    fn registry_is_case_insensitive_and_resolves_subcommands() {
+        let r = registry();
+        let (_, get) = r.get(b"GeT").expect("get is registered");
+        assert_eq!(get.name, "get");
+        let (_, client) = r.get(b"client").unwrap();
+        let (_, sub) = r.sub(client, b"SETNAME").unwrap();
+        assert_eq!(sub.name, "client|setname");
+        assert!(r.get(&[b'x'; 100]).is_none());
+    }
+
+    #[test]
+    fn unknown_command_text_matches_redis() {
+        let args: Vec<Bytes> = ["foo", "a", "b"].iter().map(|s| Bytes::from(s.to_string())).collect();
+        assert_eq!(
+            unknown_command(&args).to_string(),
+            "ERR unknown command 'foo', with args beginning with: 'a' 'b' "
+        );
+    }
+}

@@ -1,0 +1,248 @@
+//! Command metadata: arity, flags, key positions, docs.
+//!
+//! The same table drives dispatch (arity and auth checks, which shards to lock and
+//! how), `COMMAND INFO/DOCS/GETKEYS` (so cluster-aware clients and redis-cli hints
+//! work), and `INFO commandstats`.
+
+use bytes::Bytes;
+
+use super::Ctx;
+use crate::error::CmdResult;
+
+/// A command handler: runs with the command's arguments (`args[0]` is the name).
+pub type Handler = fn(&mut Ctx<'_, '_>, &[Bytes]) -> CmdResult;
+
+// Flags, as COMMAND INFO reports them.
+pub const WRITE: u32 = 1 << 0;
+pub const READONLY: u32 = 1 << 1;
+pub const DENYOOM: u32 = 1 << 2;
+pub const ADMIN: u32 = 1 << 3;
+pub const NOSCRIPT: u32 = 1 << 4;
+pub const LOADING: u32 = 1 << 5;
+pub const STALE: u32 = 1 << 6;
+pub const FAST: u32 = 1 << 7;
+pub const NO_AUTH: u32 = 1 << 8;
+pub const NO_MULTI: u32 = 1 << 9;
+pub const ALLOW_BUSY: u32 = 1 << 10;
+pub const SKIP_SLOWLOG: u32 = 1 << 11;
+pub const MOVABLE_KEYS: u32 = 1 << 12;
+/// Internal, not reported: lock the key's shards exclusively although the command
+/// does not write data (WATCH registers itself in the shard).
+pub const LOCK_WRITE: u32 = 1 << 31;
+
+const FLAG_NAMES: &[(u32, &str)] = &[
+    (WRITE, "write"),
+    (READONLY, "readonly"),
+    (DENYOOM, "denyoom"),
+    (ADMIN, "admin"),
+    (NOSCRIPT, "noscript"),
+    (LOADING, "loading"),
+    (STALE, "stale"),
+    (FAST, "fast"),
+    (NO_AUTH, "no_auth"),
+    (NO_MULTI, "no_multi"),
+    (ALLOW_BUSY, "allow_busy"),
+    (SKIP_SLOWLOG, "skip_slowlog"),
+    (MOVABLE_KEYS, "movablekeys"),
+];
+
+/// Where a command's keys are among its arguments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keys {
+    /// No keys (PING, INFO …).
+    None,
+    /// Keys at `first`, `first + step`, … up to `last` (negative: from the end, -1 is
+    /// the last argument), as COMMAND INFO's first/last/step.
+    Range { first: i32, last: i32, step: i32 },
+    /// `args[at]` is a count of keys that follow it (SINTERCARD numkeys key …).
+    NumKeys { at: usize },
+    /// The whole keyspace (KEYS, SCAN, FLUSHALL, DBSIZE, RANDOMKEY).
+    All,
+}
+
+impl Keys {
+    pub const ONE: Keys = Keys::Range { first: 1, last: 1, step: 1 };
+    pub const ALL_ARGS: Keys = Keys::Range { first: 1, last: -1, step: 1 };
+    /// `key value key value …` (MSET).
+    pub const PAIRS: Keys = Keys::Range { first: 1, last: -1, step: 2 };
+    /// Two keys at 1 and 2 (RENAME).
+    pub const TWO: Keys = Keys::Range { first: 1, last: 2, step: 1 };
+}
+
+/// The group COMMAND DOCS reports, which also gives the ACL category.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Group {
+    Generic,
+    String,
+    Set,
+    Connection,
+    Server,
+    Transactions,
+    /// relcache's own IDSET.* family.
+    Idset,
+}
+
+impl Group {
+    pub fn name(self) -> &'static str {
+        match self {
+            Group::Generic => "generic",
+            Group::String => "string",
+            Group::Set => "set",
+            Group::Connection => "connection",
+            Group::Server => "server",
+            Group::Transactions => "transactions",
+            Group::Idset => "module",
+        }
+    }
+
+    fn acl(self) -> &'static str {
+        match self {
+            Group::Generic => "@keyspace",
+            Group::String => "@string",
+            Group::Set | Group::Idset => "@set",
+            Group::Connection => "@connection",
+            Group::Server => "@admin",
+            Group::Transactions => "@transaction",
+        }
+    }
+}
+
+/// One command (or subcommand, whose name is `container|sub`).
+pub struct CommandSpec {
+    /// Lower-case name; `client|setname` for subcommands.
+    pub name: &'static str,
+    /// Redis arity: exact argument count including the name when positive, minimum
+    /// when negative.
+    pub arity: i32,
+    pub flags: u32,
+    pub keys: Keys,
+    pub group: Group,
+    pub since: &'static str,
+    pub summary: &'static str,
+    pub complexity: &'static str,
+    pub handler: Handler,
+    /// For container commands (CLIENT, CONFIG …); dispatch picks one by `args[1]`.
+    pub subcommands: &'static [CommandSpec],
+}
+
+fn container(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+    unreachable!("container commands dispatch to their subcommands")
+}
+
+impl CommandSpec {
+    /// Defaults for struct-update syntax in the family tables.
+    pub const DEFAULT: CommandSpec = CommandSpec {
+        name: "",
+        arity: 1,
+        flags: 0,
+        keys: Keys::None,
+        group: Group::Generic,
+        since: "1.0.0",
+        summary: "",
+        complexity: "O(1)",
+        handler: container,
+        subcommands: &[],
+    };
+
+    /// The part after `|` for subcommands.
+    pub fn short_name(&self) -> &'static str {
+        self.name.rsplit('|').next().unwrap_or(self.name)
+    }
+
+    pub fn has(&self, flag: u32) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// Whether `argc` arguments (name included) satisfy the arity.
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        let argc = argc as i64;
+        let a = self.arity as i64;
+        if a >= 0 {
+            argc == a
+        } else {
+            argc >= -a
+        }
+    }
+
+    /// The flag names COMMAND INFO reports.
+    pub fn flag_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        FLAG_NAMES.iter().filter(|(f, _)| self.has(*f)).map(|(_, n)| *n)
+    }
+
+    /// ACL categories, derived from flags and group.
+    pub fn acl_categories(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.has(WRITE) {
+            v.push("@write");
+        }
+        if self.has(READONLY) {
+            v.push("@read");
+        }
+        if self.has(ADMIN) {
+            v.extend(["@admin", "@dangerous"]);
+        }
+        v.push(self.group.acl());
+        v.push(if self.has(FAST) { "@fast" } else { "@slow" });
+        v.dedup();
+        v
+    }
+
+    /// COMMAND INFO's (first, last, step).
+    pub fn key_range(&self) -> (i64, i64, i64) {
+        match self.keys {
+            Keys::Range { first, last, step } => (first as i64, last as i64, step as i64),
+            Keys::NumKeys { .. } | Keys::None | Keys::All => (0, 0, 0),
+        }
+    }
+
+    /// Indices of the key arguments in `args` (COMMAND GETKEYS and shard locking).
+    /// `None` for keyspace-wide commands.
+    pub fn key_indices(&self, args: &[Bytes]) -> Option<Vec<usize>> {
+        let n = args.len() as i64;
+        match self.keys {
+            Keys::None => Some(Vec::new()),
+            Keys::All => None,
+            Keys::Range { first, last, step } => {
+                let first = first as i64;
+                let last = if last < 0 { n + last as i64 } else { (last as i64).min(n - 1) };
+                if first >= n || last < first {
+                    return Some(Vec::new());
+                }
+                Some((first..=last).step_by(step as usize).map(|i| i as usize).collect())
+            }
+            Keys::NumKeys { at } => {
+                let count = args
+                    .get(at)
+                    .and_then(|a| std::str::from_utf8(a).ok())
+                    .and_then(|s| s.parse::<usize>().ok())
+                    .unwrap_or(0);
+                let end = (at + 1 + count).min(args.len());
+                Some((at + 1..end).collect())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Vec<Bytes> {
+        v.iter().map(|s| Bytes::copy_from_slice(s.as_bytes())).collect()
+    }
+
+    #[test]
+    fn key_positions() {
+        let mset = CommandSpec { keys: Keys::PAIRS, ..CommandSpec::DEFAULT };
+        assert_eq!(mset.key_indices(&args(&["mset", "a", "1", "b", "2"])), Some(vec![1, 3]));
+        let del = CommandSpec { keys: Keys::ALL_ARGS, ..CommandSpec::DEFAULT };
+        assert_eq!(del.key_indices(&args(&["del", "a", "b"])), Some(vec![1, 2]));
+        let inter = CommandSpec { keys: Keys::NumKeys { at: 1 }, ..CommandSpec::DEFAULT };
+        assert_eq!(inter.key_indices(&args(&["sintercard", "2", "a", "b", "LIMIT", "1"])), Some(vec![2, 3]));
+        assert_eq!(inter.key_indices(&args(&["sintercard", "9", "a"])), Some(vec![2]));
+        let get = CommandSpec { keys: Keys::ONE, arity: 2, ..CommandSpec::DEFAULT };
+        assert!(get.arity_ok(2) && !get.arity_ok(3));
+        let neg = CommandSpec { arity: -2, ..CommandSpec::DEFAULT };
+        assert!(neg.arity_ok(5) && !neg.arity_ok(1));
+    }
+}

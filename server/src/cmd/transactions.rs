@@ -1,0 +1,201 @@
+//! MULTI / EXEC / DISCARD / WATCH / UNWATCH.
+//!
+//! EXEC is atomic the way Redis's is: before running the queued commands it locks,
+//! in shard order, every shard any of them touches (all shards if one of them is
+//! keyspace-wide), so no other client's command can interleave, and releases them
+//! only after the last reply. WATCH registers the connection's flag in the watched
+//! keys' shards; every write to such a key raises it, and EXEC refuses to run (null
+//! reply) when it is raised or a watched key has expired since WATCH.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use bytes::Bytes;
+use relcache_protocol::resp::Frame;
+
+use super::spec::{self, CommandSpec, Group, Keys};
+use super::{registry, resolve, run, Ctx};
+use crate::db::{now_ms, LockMode};
+use crate::error::{CmdError, CmdResult};
+use crate::server::Server;
+use crate::session::{Multi, Session};
+
+pub(super) const COMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        name: "multi",
+        arity: 1,
+        flags: spec::NOSCRIPT | spec::LOADING | spec::STALE | spec::FAST | spec::ALLOW_BUSY,
+        group: Group::Transactions,
+        since: "1.2.0",
+        summary: "Starts a transaction.",
+        handler: multi,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "exec",
+        arity: 1,
+        flags: spec::NOSCRIPT | spec::LOADING | spec::STALE | spec::SKIP_SLOWLOG,
+        group: Group::Transactions,
+        since: "1.2.0",
+        summary: "Executes all commands in a transaction.",
+        complexity: "Depends on commands in the transaction",
+        handler: exec,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "discard",
+        arity: 1,
+        flags: spec::NOSCRIPT | spec::LOADING | spec::STALE | spec::FAST | spec::ALLOW_BUSY,
+        group: Group::Transactions,
+        since: "2.0.0",
+        summary: "Discards a transaction.",
+        complexity: "O(N), when N is the number of queued commands",
+        handler: discard,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "watch",
+        arity: -2,
+        flags: spec::NOSCRIPT | spec::LOADING | spec::STALE | spec::FAST | spec::ALLOW_BUSY | spec::LOCK_WRITE,
+        keys: Keys::ALL_ARGS,
+        group: Group::Transactions,
+        since: "2.2.0",
+        summary: "Monitors changes to keys to determine the execution of a transaction.",
+        complexity: "O(1) for every key.",
+        handler: watch,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "unwatch",
+        arity: 1,
+        flags: spec::NOSCRIPT | spec::LOADING | spec::STALE | spec::FAST | spec::ALLOW_BUSY,
+        group: Group::Transactions,
+        since: "2.2.0",
+        summary: "Forgets about watched keys of a transaction.",
+        handler: unwatch,
+        ..CommandSpec::DEFAULT
+    },
+];
+
+/// Commands that run at once even inside MULTI instead of being queued.
+pub(super) fn runs_inside_multi(spec: &CommandSpec) -> bool {
+    matches!(spec.name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset")
+}
+
+fn multi(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+    if ctx.session.multi.is_some() {
+        return Err(CmdError::err("MULTI calls can not be nested"));
+    }
+    ctx.session.multi = Some(Multi::default());
+    ctx.session.info.multi.store(0, Relaxed);
+    Ok(Frame::ok())
+}
+
+fn discard(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+    if ctx.session.multi.take().is_none() {
+        return Err(CmdError::err("DISCARD without MULTI"));
+    }
+    ctx.session.info.multi.store(u64::MAX, Relaxed);
+    unwatch_all(ctx.server, ctx.session);
+    Ok(Frame::ok())
+}
+
+fn watch(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    if ctx.session.multi.is_some() {
+        return Err(CmdError::err("WATCH inside MULTI is not allowed"));
+    }
+    let flag = ctx.session.watch_flag.clone();
+    let mut added = Vec::new();
+    {
+        let v = ctx.view();
+        for key in &args[1..] {
+            let expire = v.peek(key).map(|e| e.expire_at());
+            v.watch(key, &flag);
+            added.push((Bytes::copy_from_slice(key), expire.flatten()));
+        }
+    }
+    for (k, e) in added {
+        if !ctx.session.watched.iter().any(|(w, _)| *w == k) {
+            ctx.session.watched.push((k, e));
+        }
+    }
+    Ok(Frame::ok())
+}
+
+fn unwatch(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+    unwatch_all(ctx.server, ctx.session);
+    Ok(Frame::ok())
+}
+
+/// Drops every WATCH of the session and lowers its flag. Must not be called while
+/// the session holds a view (it locks the watched keys' shards).
+pub(super) fn unwatch_all(server: &Server, session: &mut Session) {
+    if session.watched.is_empty() {
+        session.watch_flag.store(false, Relaxed);
+        return;
+    }
+    let keys: Vec<Bytes> = session.watched.drain(..).map(|(k, _)| k).collect();
+    let mut v = server.db.view(&keys, false, LockMode::Write);
+    for k in &keys {
+        v.unwatch(k, &session.watch_flag);
+    }
+    drop(v);
+    session.watch_flag.store(false, Relaxed);
+}
+
+/// Releases what a closing connection holds in shared structures.
+pub fn discard_session_state(server: &Server, session: &mut Session) {
+    session.multi = None;
+    unwatch_all(server, session);
+}
+
+fn exec(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+    let Some(multi) = ctx.session.multi.take() else {
+        return Err(CmdError::err("EXEC without MULTI"));
+    };
+    let (server, session) = (ctx.server, &mut *ctx.session);
+    session.info.multi.store(u64::MAX, Relaxed);
+    if multi.failed {
+        unwatch_all(server, session);
+        return Err(CmdError::Coded("EXECABORT Transaction discarded because of previous errors.".into()));
+    }
+    let now = now_ms();
+    let watched_expired = session
+        .watched
+        .iter()
+        .any(|(_, e)| e.is_some_and(|at| at <= now));
+    if session.watch_flag.load(Relaxed) || watched_expired {
+        unwatch_all(server, session);
+        return Ok(Frame::NullArray);
+    }
+    unwatch_all(server, session);
+
+    // Resolve every queued command (they were checked when queued) and collect the
+    // keys of all of them, so one view locks everything the transaction touches.
+    let reg = registry();
+    let mut resolved = Vec::with_capacity(multi.queued.len());
+    let mut keys: Vec<&[u8]> = Vec::new();
+    let mut all = false;
+    let mut write = false;
+    for args in &multi.queued {
+        let (id, spec) = resolve(reg, args).expect("queued commands were resolved when queued");
+        match spec.key_indices(args) {
+            None => all = true,
+            Some(idx) => keys.extend(idx.iter().map(|&i| &args[i][..])),
+        }
+        write |= spec.has(spec::WRITE) || spec.has(spec::LOCK_WRITE);
+        resolved.push((id, spec));
+    }
+    let mode = if write { LockMode::Write } else { LockMode::Read };
+    let mut view = server.db.view(&keys, all, mode);
+    let mut replies = Vec::with_capacity(resolved.len());
+    for ((id, spec), args) in resolved.into_iter().zip(&multi.queued) {
+        let reply = run(server, session, id, spec, args, Some(&mut view));
+        if reply.is_error() {
+            server.stats.total_error_replies.incr();
+        }
+        replies.push(reply);
+    }
+    server.absorb_view_stats(&view);
+    drop(view);
+    Ok(Frame::Array(replies))
+}

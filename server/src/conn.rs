@@ -1,0 +1,213 @@
+//! One client connection: read, parse every complete request, execute, write once.
+//!
+//! The loop keeps reading while replies wait to be written, as Redis does, so a
+//! client's pending output is a real buffer with real limits: past the hard
+//! `client-output-buffer-limit`, or over the soft one for too long, the client is
+//! disconnected, and nobody else notices. Input is bounded too: a request larger than
+//! `proto-max-bulk-len` allows, or a query buffer past `client-query-buffer-limit`,
+//! closes this connection only. A framing error gets Redis's `-ERR Protocol error`
+//! and a close; a bad *command* gets an error reply and the connection stays open.
+
+use std::io;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use relcache_protocol::resp::{Frame, Limits, RequestDecoder};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::cmd;
+use crate::server::Server;
+use crate::session::{ClientInfo, Session};
+
+const READ_CHUNK: usize = 16 * 1024;
+/// Past this much pending output mid-batch, try to write before executing more, so
+/// a client that reads promptly never makes us hold a large buffer.
+const EAGER_FLUSH: usize = 64 * 1024;
+/// Buffers that grew past this for one big request are released afterwards.
+const SHRINK_ABOVE: usize = 1024 * 1024;
+
+enum Closed {
+    /// Client went away, QUIT, idle timeout, kill or shutdown: nothing to report.
+    Normal,
+    Io(io::Error),
+    /// We decided to drop the client; the reason goes to the log.
+    Limit(&'static str),
+}
+
+/// Serves one connection until it closes.
+pub async fn serve(server: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>) {
+    let authenticated = server.config.requirepass.read().is_none();
+    let mut session = Session::new(info.clone(), authenticated);
+    match connection_loop(&server, &stream, &mut session).await {
+        Closed::Normal => {}
+        Closed::Io(e) => tracing::debug!(client = info.id, error = %e, "connection error"),
+        Closed::Limit(why) => tracing::warn!(client = info.id, addr = %info.addr, "{why}"),
+    }
+    cmd::discard_session_state(&server, &mut session);
+    server.clients.unregister(info.id);
+}
+
+fn limits(server: &Server) -> Limits {
+    Limits {
+        max_bulk_len: server.config.proto_max_bulk_len.load(Relaxed) as usize,
+        ..Limits::default()
+    }
+}
+
+async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Session) -> Closed {
+    let info = session.info.clone();
+    let config = &server.config;
+    let mut rbuf = BytesMut::with_capacity(READ_CHUNK);
+    let mut wbuf = BytesMut::with_capacity(READ_CHUNK);
+    let mut args = Vec::with_capacity(8);
+    let mut decoder = RequestDecoder::new(limits(server));
+    let mut last_input = Instant::now();
+    let mut over_soft_since: Option<Instant> = None;
+    let mut closing = false;
+
+    loop {
+        // 1. Execute every complete request in the buffer.
+        decoder.set_limits(limits(server));
+        while !closing {
+            match decoder.decode(&mut rbuf, &mut args) {
+                Ok(true) => {
+                    cmd::dispatch(server, session, &args, &mut wbuf);
+                    args.clear();
+                    closing = session.close_after_reply;
+                    if wbuf.len() >= EAGER_FLUSH {
+                        if let Err(e) = try_write(server, stream, &mut wbuf) {
+                            return Closed::Io(e);
+                        }
+                    }
+                    if let Some(why) = output_over_limit(server, &wbuf, &mut over_soft_since) {
+                        return Closed::Limit(why);
+                    }
+                }
+                Ok(false) => break,
+                Err(e) => {
+                    Frame::error(format!("ERR {e}")).encode(session.proto, &mut wbuf);
+                    let _ = try_write(server, stream, &mut wbuf);
+                    tracing::debug!(client = info.id, error = %e, "protocol error, closing");
+                    return Closed::Normal;
+                }
+            }
+        }
+        info.qbuf.store(rbuf.len() as u64, Relaxed);
+
+        // 2. One write for the whole batch.
+        if !wbuf.is_empty() {
+            if let Err(e) = try_write(server, stream, &mut wbuf) {
+                return Closed::Io(e);
+            }
+        }
+        info.obuf.store(wbuf.len() as u64, Relaxed);
+        if closing && wbuf.is_empty() {
+            return Closed::Normal;
+        }
+        if let Some(why) = output_over_limit(server, &wbuf, &mut over_soft_since) {
+            return Closed::Limit(why);
+        }
+        if rbuf.is_empty() && rbuf.capacity() > SHRINK_ABOVE {
+            rbuf = BytesMut::with_capacity(READ_CHUNK);
+        }
+
+        // 3. Wait for input, for the socket to drain, or for a reason to stop.
+        let timeout = config.timeout.load(Relaxed);
+        let idle_deadline = (timeout > 0).then(|| last_input + Duration::from_secs(timeout));
+        let soft_deadline = over_soft_since.map(|t| t + Duration::from_secs(config.output_limit().soft_seconds));
+        let deadline = match (idle_deadline, soft_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let want_read = !closing;
+        let want_write = !wbuf.is_empty();
+        tokio::select! {
+            biased;
+            _ = info.kill.cancelled() => {
+                // Shutdown or CLIENT KILL: hand over what is already computed.
+                let _ = try_write(server, stream, &mut wbuf);
+                return Closed::Normal;
+            }
+            r = stream.writable(), if want_write => {
+                if let Err(e) = r { return Closed::Io(e) }
+            }
+            r = stream.readable(), if want_read => {
+                if let Err(e) = r { return Closed::Io(e) }
+                match try_read(server, stream, &mut rbuf, &decoder) {
+                    Ok(0) => return Closed::Normal,
+                    Ok(_) => last_input = Instant::now(),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Closed::Io(e),
+                }
+                if rbuf.len() as u64 > config.client_query_buffer_limit.load(Relaxed) {
+                    server.stats.client_query_buffer_limit_disconnections.incr();
+                    return Closed::Limit("closing client that reached max query buffer length");
+                }
+            }
+            _ = sleep_until(deadline) => {
+                if idle_deadline.is_some_and(|d| d <= Instant::now()) {
+                    tracing::debug!(client = info.id, "closing idle client");
+                    return Closed::Normal;
+                }
+                // Soft output limit: re-checked at the top of the loop.
+            }
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn try_read(server: &Server, stream: &TcpStream, rbuf: &mut BytesMut, _decoder: &RequestDecoder) -> io::Result<usize> {
+    if rbuf.capacity() - rbuf.len() < READ_CHUNK {
+        rbuf.reserve(READ_CHUNK);
+    }
+    let n = stream.try_read_buf(rbuf)?;
+    server.stats.total_net_input_bytes.add(n as u64);
+    Ok(n)
+}
+
+/// Writes as much of `wbuf` as the socket takes now.
+fn try_write(server: &Server, stream: &TcpStream, wbuf: &mut BytesMut) -> io::Result<()> {
+    while !wbuf.is_empty() {
+        match stream.try_write(wbuf) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                server.stats.total_net_output_bytes.add(n as u64);
+                wbuf.advance(n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
+        }
+    }
+    if wbuf.is_empty() && wbuf.capacity() > SHRINK_ABOVE {
+        *wbuf = BytesMut::with_capacity(READ_CHUNK);
+    }
+    Ok(())
+}
+
+/// Checks the pending output against `client-output-buffer-limit`.
+fn output_over_limit(server: &Server, wbuf: &BytesMut, soft_since: &mut Option<Instant>) -> Option<&'static str> {
+    let limit = server.config.output_limit();
+    let pending = wbuf.len() as u64;
+    let hard = limit.hard > 0 && pending > limit.hard;
+    let soft = if limit.soft > 0 && pending > limit.soft {
+        let since = *soft_since.get_or_insert_with(Instant::now);
+        since.elapsed() >= Duration::from_secs(limit.soft_seconds)
+    } else {
+        *soft_since = None;
+        false
+    };
+    if hard || soft {
+        server.stats.client_output_buffer_limit_disconnections.incr();
+        return Some("client scheduled to be closed ASAP for overcoming of output buffer limits");
+    }
+    None
+}

@@ -1,0 +1,94 @@
+//! One stored key: its value, its expiry and its recency.
+
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+use bytes::Bytes;
+
+use crate::error::CmdError;
+
+/// A stored value. Each variant is one Redis type as `TYPE` reports it.
+#[derive(Debug, Clone)]
+pub enum Value {
+    /// A string (also what `INCR` works on: Redis keeps integers as strings too).
+    Str(Bytes),
+}
+
+impl Value {
+    /// The name `TYPE` replies with.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Str(_) => "string",
+        }
+    }
+
+    /// The string's bytes, or `WRONGTYPE`.
+    pub fn as_str(&self) -> Result<&Bytes, CmdError> {
+        match self {
+            Value::Str(b) => Ok(b),
+        }
+    }
+
+    /// Bytes of heap this value owns, for `MEMORY USAGE`.
+    pub fn heap_size(&self) -> usize {
+        match self {
+            Value::Str(b) => b.len(),
+        }
+    }
+}
+
+/// A key's entry in its shard.
+#[derive(Debug)]
+pub struct Entry {
+    value: Value,
+    /// Absolute expiry in Unix milliseconds; 0 means the key never expires. Changed
+    /// only through the shard, which also keeps its set of volatile keys.
+    pub(super) expire_at: u64,
+    /// The LRU clock (seconds since start) at the last access. Readers update it with
+    /// a relaxed store while holding only a shared lock: recency is a hint, and a read
+    /// must never need an exclusive lock.
+    lru: AtomicU32,
+}
+
+impl Entry {
+    pub(super) fn new(value: Value, expire_at: u64, now_lru: u32) -> Entry {
+        Entry {
+            value,
+            expire_at,
+            lru: AtomicU32::new(now_lru),
+        }
+    }
+
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+
+    pub fn value_mut(&mut self) -> &mut Value {
+        &mut self.value
+    }
+
+    pub fn into_value(self) -> Value {
+        self.value
+    }
+
+    /// The expiry in Unix milliseconds, if any.
+    pub fn expire_at(&self) -> Option<u64> {
+        (self.expire_at != 0).then_some(self.expire_at)
+    }
+
+    pub(super) fn is_expired(&self, now_ms: u64) -> bool {
+        self.expire_at != 0 && self.expire_at <= now_ms
+    }
+
+    /// Records an access. Skips the store when the clock has not moved, so a hot key
+    /// read from many cores does not have its cache line written on every read.
+    pub fn touch(&self, lru_clock: u32) {
+        if self.lru.load(Relaxed) != lru_clock {
+            self.lru.store(lru_clock, Relaxed);
+        }
+    }
+
+    /// The LRU clock value of the last access.
+    pub fn lru(&self) -> u32 {
+        self.lru.load(Relaxed)
+    }
+}

@@ -1,0 +1,132 @@
+//! The keyspace: keys spread over independently locked shards.
+//!
+//! A key's shard is chosen by a fixed in-process hash of the key, so two commands on
+//! different keys almost never contend. Each shard is a `parking_lot::RwLock`: reads
+//! (GET, membership checks — the bulk of a relation cache's traffic) take it shared
+//! and run in parallel on every core, even on one hot key; writes take it exclusive
+//! for the short time a mutation needs. Work that can be done before taking a lock
+//! (parsing, building or validating a table) is done before it.
+//!
+//! Commands reach the shards only through a [`View`], which locks every shard a
+//! command (or a whole MULTI/EXEC transaction) touches, in ascending shard order so
+//! two multi-key commands can never deadlock.
+
+mod entry;
+pub mod expire;
+mod shard;
+mod view;
+
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use ahash::RandomState;
+use parking_lot::RwLock;
+
+pub use entry::{Entry, Value};
+pub use shard::{Lookup, ShardMap, WatchFlag};
+pub use view::{LockMode, View};
+
+/// Number of shards; a power of two so the shard index is a mask of the hash.
+pub const SHARDS: usize = 256;
+
+/// A shard and a lock-free mirror of its key count (so INFO and DBSIZE never need
+/// the locks, and cannot deadlock with a transaction holding them).
+pub struct Shard {
+    pub(crate) map: RwLock<ShardMap>,
+    len: AtomicUsize,
+}
+
+/// The whole keyspace (database 0; relcache has no other).
+pub struct Db {
+    shards: Box<[Shard]>,
+    hasher: RandomState,
+    /// Seconds since start, advanced by the server's cron; what entries record as
+    /// their last access.
+    lru_clock: AtomicU32,
+    started: std::time::Instant,
+}
+
+impl Default for Db {
+    fn default() -> Self {
+        Db::new()
+    }
+}
+
+impl Db {
+    pub fn new() -> Db {
+        Db {
+            shards: (0..SHARDS)
+                .map(|_| Shard {
+                    map: RwLock::new(ShardMap::default()),
+                    len: AtomicUsize::new(0),
+                })
+                .collect(),
+            // Fixed seeds: shard placement only has to be stable within one process,
+            // and a fixed hasher keeps runs reproducible. Never used on the wire.
+            hasher: RandomState::with_seeds(
+                0x243f_6a88_85a3_08d3,
+                0x1319_8a2e_0370_7344,
+                0xa409_3822_299f_31d0,
+                0x082e_fa98_ec4e_6c89,
+            ),
+            lru_clock: AtomicU32::new(0),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// The shard index that owns `key`.
+    pub fn shard_index(&self, key: &[u8]) -> usize {
+        (self.hasher.hash_one(key) >> 32) as usize & (SHARDS - 1)
+    }
+
+    pub(crate) fn shard(&self, idx: usize) -> &Shard {
+        &self.shards[idx]
+    }
+
+    /// Number of keys (expired-but-not-yet-reclaimed included, as in Redis).
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.len.load(Relaxed)).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of keys with an expiry (for INFO keyspace). Takes each shard's lock
+    /// briefly; never call it from inside a command that holds a [`View`].
+    pub fn volatile_len(&self) -> usize {
+        self.shards.iter().map(|s| s.map.read().volatile_len()).sum()
+    }
+
+    /// The current LRU clock.
+    pub fn lru_clock(&self) -> u32 {
+        self.lru_clock.load(Relaxed)
+    }
+
+    /// Advances the LRU clock; called by the server cron.
+    pub fn tick(&self) {
+        let secs = self.started.elapsed().as_secs() as u32;
+        self.lru_clock.store(secs, Relaxed);
+    }
+
+    /// Locks the shards owning `keys` (all shards if `all`) and returns the view a
+    /// command works through.
+    pub fn view<'a, K: AsRef<[u8]>>(&'a self, keys: &[K], all: bool, mode: LockMode) -> View<'a> {
+        let mut idx: Vec<usize> = if all {
+            (0..SHARDS).collect()
+        } else {
+            keys.iter().map(|k| self.shard_index(k.as_ref())).collect()
+        };
+        idx.sort_unstable();
+        idx.dedup();
+        View::lock(self, &idx, mode)
+    }
+}
+
+/// Unix time in milliseconds.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,231 @@
+//! One shard of the keyspace: a map from key to entry, plus the indexes the
+//! background jobs need (volatile keys for active expiry, watched keys for WATCH).
+//!
+//! Storage only: no sockets, no replies. A shard is always used under its lock (see
+//! `db::view`); the methods here assume the caller holds it.
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+
+use ahash::RandomState;
+use bytes::Bytes;
+use indexmap::{IndexMap, IndexSet};
+
+use super::entry::{Entry, Value};
+
+/// What a WATCHing connection shares with the shards: set when a watched key changes.
+pub type WatchFlag = Arc<AtomicBool>;
+
+#[derive(Default)]
+pub struct ShardMap {
+    /// `IndexMap` rather than a plain hash map: dense storage gives O(1) random
+    /// sampling (RANDOMKEY, eviction) and a position-based SCAN cursor.
+    map: IndexMap<Bytes, Entry, RandomState>,
+    /// Keys with an expiry, for the active expiry cycle's random sampling.
+    volatile: IndexSet<Bytes, RandomState>,
+    /// Keys some connection WATCHes, and the flags to raise when they change.
+    watched: ahash::HashMap<Bytes, Vec<WatchFlag>>,
+}
+
+impl ShardMap {
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Number of keys with an expiry.
+    pub fn volatile_len(&self) -> usize {
+        self.volatile.len()
+    }
+
+    /// The live entry for `key`; an expired one reads as absent.
+    pub fn get(&self, key: &[u8], now_ms: u64) -> Option<&Entry> {
+        self.map.get(key).filter(|e| !e.is_expired(now_ms))
+    }
+
+    /// The live entry for `key`, for modification: an expired entry is removed first
+    /// (returned as `Expired` so the caller can count it), and watchers of the key are
+    /// told it changed.
+    pub fn get_mut(&mut self, key: &[u8], now_ms: u64) -> Lookup<'_> {
+        let Some(idx) = self.map.get_index_of(key) else {
+            return Lookup::Absent;
+        };
+        if self.map[idx].is_expired(now_ms) {
+            self.remove(key);
+            return Lookup::Expired;
+        }
+        self.touch_watched(key);
+        Lookup::Live(&mut self.map[idx])
+    }
+
+    /// Stores `value` under `key`, replacing any previous entry (and its expiry).
+    /// `expire_at` is Unix ms, 0 for none. Returns the old entry.
+    pub fn insert(&mut self, key: &[u8], value: Value, expire_at: u64, lru: u32) -> Option<Entry> {
+        self.touch_watched(key);
+        let entry = Entry::new(value, expire_at, lru);
+        let old = match self.map.get_full_mut(key) {
+            Some((_, stored_key, slot)) => {
+                let stored_key = stored_key.clone();
+                let old = std::mem::replace(slot, entry);
+                self.index_expiry(&stored_key, old.expire_at, expire_at);
+                return Some(old);
+            }
+            None => None,
+        };
+        // Copy the key: the caller's bytes are a slice of a connection's read buffer,
+        // and keeping a reference would pin that whole buffer for the key's lifetime.
+        let owned = Bytes::copy_from_slice(key);
+        if expire_at != 0 {
+            self.volatile.insert(owned.clone());
+        }
+        self.map.insert(owned, entry);
+        old
+    }
+
+    /// Removes `key`, expired or not.
+    pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
+        let (_, k, entry) = self.map.swap_remove_full(key)?;
+        if entry.expire_at != 0 {
+            self.volatile.swap_remove(&k);
+        }
+        self.touch_watched(key);
+        Some(entry)
+    }
+
+    /// Sets or clears (`0`) the expiry of an existing key. Returns false if absent.
+    pub fn set_expire(&mut self, key: &[u8], expire_at: u64) -> bool {
+        let Some((_, k, entry)) = self.map.get_full_mut(key) else {
+            return false;
+        };
+        let (old, k) = (entry.expire_at, k.clone());
+        entry.expire_at = expire_at;
+        self.index_expiry(&k, old, expire_at);
+        self.touch_watched(key);
+        true
+    }
+
+    fn index_expiry(&mut self, key: &Bytes, old: u64, new: u64) {
+        match (old != 0, new != 0) {
+            (false, true) => {
+                self.volatile.insert(key.clone());
+            }
+            (true, false) => {
+                self.volatile.swap_remove(key);
+            }
+            _ => {}
+        }
+    }
+
+    /// Removes every key. Returns how many there were.
+    pub fn clear(&mut self) -> usize {
+        let n = self.map.len();
+        self.map = IndexMap::default();
+        self.volatile = IndexSet::default();
+        for flags in self.watched.values() {
+            flags.iter().for_each(|f| f.store(true, Relaxed));
+        }
+        n
+    }
+
+    /// The entry at dense position `idx` (SCAN, RANDOMKEY, sampling).
+    pub fn get_index(&self, idx: usize) -> Option<(&Bytes, &Entry)> {
+        self.map.get_index(idx)
+    }
+
+    /// A volatile key at dense position `idx` of the expiry index.
+    pub fn volatile_key(&self, idx: usize) -> Option<&Bytes> {
+        self.volatile.get_index(idx)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &Entry)> {
+        self.map.iter()
+    }
+
+    /// Registers `flag` to be raised when `key` changes.
+    pub fn watch(&mut self, key: &[u8], flag: &WatchFlag) {
+        let list = self.watched.entry(Bytes::copy_from_slice(key)).or_default();
+        if !list.iter().any(|f| Arc::ptr_eq(f, flag)) {
+            list.push(flag.clone());
+        }
+    }
+
+    /// Forgets `flag` for `key`.
+    pub fn unwatch(&mut self, key: &[u8], flag: &WatchFlag) {
+        if let Some(list) = self.watched.get_mut(key) {
+            list.retain(|f| !Arc::ptr_eq(f, flag));
+            if list.is_empty() {
+                self.watched.remove(key);
+            }
+        }
+    }
+
+    fn touch_watched(&self, key: &[u8]) {
+        // The common case — nobody watches anything in this shard — costs one branch.
+        if self.watched.is_empty() {
+            return;
+        }
+        if let Some(list) = self.watched.get(key) {
+            list.iter().for_each(|f| f.store(true, Relaxed));
+        }
+    }
+}
+
+/// The result of [`ShardMap::get_mut`].
+pub enum Lookup<'a> {
+    Live(&'a mut Entry),
+    /// The key had expired and has just been removed.
+    Expired,
+    Absent,
+}
+
+impl<'a> Lookup<'a> {
+    pub fn live(self) -> Option<&'a mut Entry> {
+        match self {
+            Lookup::Live(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &str) -> Value {
+        Value::Str(Bytes::copy_from_slice(v.as_bytes()))
+    }
+
+    #[test]
+    fn expiry_index_follows_entries() {
+        let mut m = ShardMap::default();
+        m.insert(b"a", s("1"), 100, 0);
+        m.insert(b"b", s("2"), 0, 0);
+        assert_eq!(m.volatile_len(), 1);
+        assert!(m.get(b"a", 99).is_some());
+        assert!(m.get(b"a", 100).is_none(), "expired at its deadline");
+        m.insert(b"a", s("3"), 0, 0);
+        assert_eq!(m.volatile_len(), 0, "a plain SET clears the TTL");
+        assert!(m.set_expire(b"b", 50));
+        assert_eq!(m.volatile_len(), 1);
+        assert!(matches!(m.get_mut(b"b", 60), Lookup::Expired));
+        assert_eq!((m.len(), m.volatile_len()), (1, 0));
+    }
+
+    #[test]
+    fn watchers_are_flagged_on_change_only_for_their_key() {
+        let mut m = ShardMap::default();
+        let flag: WatchFlag = Arc::default();
+        m.watch(b"k", &flag);
+        m.insert(b"other", s("x"), 0, 0);
+        assert!(!flag.load(Relaxed));
+        m.insert(b"k", s("x"), 0, 0);
+        assert!(flag.load(Relaxed));
+        flag.store(false, Relaxed);
+        m.unwatch(b"k", &flag);
+        m.remove(b"k");
+        assert!(!flag.load(Relaxed));
+    }
+}

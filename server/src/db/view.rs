@@ -1,0 +1,224 @@
+//! The locked part of the keyspace a command works on.
+//!
+//! A [`View`] holds the locks of every shard the command's keys live in (taken in
+//! ascending order), and offers key-level operations that route to the right shard.
+//! Asking a view for a key whose shard it did not lock is a bug in the command table
+//! (its key positions are wrong) and panics in debug builds.
+
+use std::cell::Cell;
+
+use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
+
+use super::{now_ms, Db, Entry, Lookup, ShardMap, Value};
+
+/// Whether a view's shards are locked shared (reads) or exclusive (writes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockMode {
+    Read,
+    Write,
+}
+
+enum Guard<'a> {
+    Read(RwLockReadGuard<'a, ShardMap>),
+    Write(RwLockWriteGuard<'a, ShardMap>),
+}
+
+pub struct View<'a> {
+    db: &'a Db,
+    /// (shard index, guard), sorted by shard index.
+    guards: Vec<(usize, Guard<'a>)>,
+    now_ms: u64,
+    lru: u32,
+    /// Keys removed because they had expired; the caller adds them to the stats.
+    pub expired: u64,
+    hits: Cell<u64>,
+    misses: Cell<u64>,
+}
+
+impl<'a> View<'a> {
+    pub(super) fn lock(db: &'a Db, shards: &[usize], mode: LockMode) -> View<'a> {
+        let guards = shards
+            .iter()
+            .map(|&i| {
+                let lock = &db.shard(i).map;
+                let g = match mode {
+                    LockMode::Read => Guard::Read(lock.read()),
+                    LockMode::Write => Guard::Write(lock.write()),
+                };
+                (i, g)
+            })
+            .collect();
+        View {
+            db,
+            guards,
+            // Taken after the locks: a command sees one instant for all its keys.
+            now_ms: now_ms(),
+            lru: db.lru_clock(),
+            expired: 0,
+            hits: Cell::new(0),
+            misses: Cell::new(0),
+        }
+    }
+
+    /// The time the command runs at, in Unix ms.
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    pub fn db(&self) -> &'a Db {
+        self.db
+    }
+
+    fn position(&self, key: &[u8]) -> usize {
+        let idx = self.db.shard_index(key);
+        match self.guards.binary_search_by_key(&idx, |(i, _)| *i) {
+            Ok(p) => p,
+            Err(_) => panic!("shard {idx} not locked for this command: key positions are wrong"),
+        }
+    }
+
+    fn shard(&self, key: &[u8]) -> &ShardMap {
+        match &self.guards[self.position(key)].1 {
+            Guard::Read(g) => g,
+            Guard::Write(g) => g,
+        }
+    }
+
+    fn shard_mut(&mut self, key: &[u8]) -> (&mut ShardMap, &'a super::Shard) {
+        shard_mut_of(self.db, &mut self.guards, key)
+    }
+
+    /// The live entry for `key`, for a read: records the access for LRU and counts a
+    /// keyspace hit or miss.
+    pub fn get(&self, key: &[u8]) -> Option<&Entry> {
+        let Some(e) = self.shard(key).get(key, self.now_ms) else {
+            self.misses.set(self.misses.get() + 1);
+            return None;
+        };
+        self.hits.set(self.hits.get() + 1);
+        e.touch(self.lru);
+        Some(e)
+    }
+
+    /// (keyspace hits, keyspace misses) counted by [`get`](Self::get).
+    pub fn hits_misses(&self) -> (u64, u64) {
+        (self.hits.get(), self.misses.get())
+    }
+
+    /// Like [`get`](Self::get) but without counting as an access (TYPE-like
+    /// introspection, `OBJECT IDLETIME`).
+    pub fn peek(&self, key: &[u8]) -> Option<&Entry> {
+        self.shard(key).get(key, self.now_ms)
+    }
+
+    /// Whether `key` exists (and has not expired).
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.peek(key).is_some()
+    }
+
+    /// The live entry for `key`, to modify in place (watchers are told).
+    pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
+        let (now, lru) = (self.now_ms, self.lru);
+        // Borrow only the guards, so the expired counter stays usable below.
+        let (map, shard) = shard_mut_of(self.db, &mut self.guards, key);
+        match map.get_mut(key, now) {
+            Lookup::Live(e) => {
+                e.touch(lru);
+                Some(e)
+            }
+            Lookup::Expired => {
+                shard.len.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                self.expired += 1;
+                None
+            }
+            Lookup::Absent => None,
+        }
+    }
+
+    /// Stores `value` under `key` with expiry `expire_at` (Unix ms, 0 = none),
+    /// replacing any previous value and expiry. Returns the old live entry.
+    pub fn insert(&mut self, key: &[u8], value: Value, expire_at: u64) -> Option<Entry> {
+        let (now, lru) = (self.now_ms, self.lru);
+        let (map, shard) = self.shard_mut(key);
+        let old = map.insert(key, value, expire_at, lru);
+        match old {
+            None => {
+                shard.len.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                None
+            }
+            Some(e) if e.is_expired(now) => None,
+            Some(e) => Some(e),
+        }
+    }
+
+    /// Removes `key`; returns the entry if it was live.
+    pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
+        let now = self.now_ms;
+        let (map, shard) = self.shard_mut(key);
+        let e = map.remove(key)?;
+        shard.len.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        if e.is_expired(now) {
+            self.expired += 1;
+            return None;
+        }
+        Some(e)
+    }
+
+    /// Sets (Unix ms) or clears (0) the expiry of a live key; false if absent.
+    pub fn set_expire(&mut self, key: &[u8], expire_at: u64) -> bool {
+        if self.get_mut(key).is_none() {
+            return false;
+        }
+        self.shard_mut(key).0.set_expire(key, expire_at)
+    }
+
+    /// Every locked shard, in shard order (keyspace-wide commands lock them all).
+    pub fn shards(&self) -> impl Iterator<Item = (usize, &ShardMap)> {
+        self.guards.iter().map(|(i, g)| {
+            let m: &ShardMap = match g {
+                Guard::Read(g) => g,
+                Guard::Write(g) => g,
+            };
+            (*i, m)
+        })
+    }
+
+    /// Removes every key in every locked shard; returns how many there were.
+    pub fn clear_all(&mut self) -> usize {
+        let db = self.db;
+        let mut n = 0;
+        for (i, g) in &mut self.guards {
+            if let Guard::Write(g) = g {
+                n += g.clear();
+                db.shard(*i).len.store(0, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        n
+    }
+
+    /// Registers a WATCH of `key` (needs a write-locked view).
+    pub fn watch(&mut self, key: &[u8], flag: &super::WatchFlag) {
+        self.shard_mut(key).0.watch(key, flag);
+    }
+
+    /// Drops a WATCH of `key`.
+    pub fn unwatch(&mut self, key: &[u8], flag: &super::WatchFlag) {
+        self.shard_mut(key).0.unwatch(key, flag);
+    }
+}
+
+fn shard_mut_of<'g, 'a>(
+    db: &'a Db,
+    guards: &'g mut [(usize, Guard<'a>)],
+    key: &[u8],
+) -> (&'g mut ShardMap, &'a super::Shard) {
+    let idx = db.shard_index(key);
+    let p = match guards.binary_search_by_key(&idx, |(i, _)| *i) {
+        Ok(p) => p,
+        Err(_) => panic!("shard {idx} not locked for this command: key positions are wrong"),
+    };
+    match &mut guards[p].1 {
+        Guard::Write(g) => (g, db.shard(idx)),
+        Guard::Read(_) => panic!("write through a read-locked view: command flags are wrong"),
+    }
+}

@@ -1,0 +1,137 @@
+//! The server: shared state, the accept loop, and the background cron.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::cmd::registry;
+use crate::config::Config;
+use crate::db::{expire, Db, View};
+use crate::session::Clients;
+use crate::stats::{CommandStats, Stats};
+
+/// Everything connections share.
+pub struct Server {
+    pub db: Db,
+    pub config: Config,
+    pub stats: Stats,
+    /// Per command and subcommand, indexed like `cmd::registry().all`.
+    pub cmdstats: Vec<CommandStats>,
+    pub clients: Clients,
+    /// Cancelled to shut down: by the caller of [`run`], or by SHUTDOWN.
+    pub shutdown: CancellationToken,
+    pub started: Instant,
+    pub run_id: String,
+    pub local_addr: SocketAddr,
+}
+
+impl Server {
+    pub fn new(config: Config, local_addr: SocketAddr, shutdown: CancellationToken) -> Server {
+        let run_id: String = {
+            use rand::Rng;
+            let mut rng = rand::thread_rng();
+            (0..40).map(|_| char::from_digit(rng.gen_range(0..16), 16).unwrap()).collect()
+        };
+        Server {
+            db: Db::new(),
+            config,
+            stats: Stats::default(),
+            cmdstats: registry().all.iter().map(|_| CommandStats::default()).collect(),
+            clients: Clients::default(),
+            shutdown,
+            started: Instant::now(),
+            run_id,
+            local_addr,
+        }
+    }
+
+    /// Adds what a command's view counted (hits, misses, lazily expired keys).
+    pub fn absorb_view_stats(&self, v: &View<'_>) {
+        let (hits, misses) = v.hits_misses();
+        if hits > 0 {
+            self.stats.keyspace_hits.add(hits);
+        }
+        if misses > 0 {
+            self.stats.keyspace_misses.add(misses);
+        }
+        if v.expired > 0 {
+            self.stats.expired_keys.add(v.expired);
+        }
+    }
+}
+
+/// Serves `listener` until `shutdown` is cancelled (or a client sends SHUTDOWN),
+/// then stops accepting, tells every connection to finish, and waits for them.
+pub async fn run(listener: TcpListener, config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let local_addr = listener.local_addr()?;
+    let server = Arc::new(Server::new(config, local_addr, shutdown.clone()));
+    tracing::info!(%local_addr, "relcache ready to accept connections");
+
+    let cron = {
+        let server = server.clone();
+        std::thread::Builder::new()
+            .name("relcache-cron".into())
+            .spawn(move || cron(&server))?
+    };
+
+    let tracker = TaskTracker::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            r = listener.accept() => r,
+        };
+        let (mut stream, addr) = match accepted {
+            Ok(s) => s,
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning on accept.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        server.stats.total_connections_received.incr();
+        let max = server.config.maxclients.load(Relaxed) as usize;
+        match server.clients.register(addr, local_addr, &shutdown, max) {
+            Some(info) => {
+                tracker.spawn(crate::conn::serve(server.clone(), stream, info));
+            }
+            None => {
+                server.stats.rejected_connections.incr();
+                tracker.spawn(async move {
+                    let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        }
+    }
+    drop(listener);
+    tracing::info!("shutting down: closing connections");
+    tracker.close();
+    tracker.wait().await;
+    let _ = tokio::task::spawn_blocking(move || cron.join()).await;
+    tracing::info!("relcache is now ready to exit, bye bye");
+    Ok(())
+}
+
+/// The background loop: LRU clock and active expiry, `hz` times a second, on its
+/// own thread so a sweep never occupies a runtime worker that serves clients.
+fn cron(server: &Server) {
+    while !server.shutdown.is_cancelled() {
+        let hz = server.config.hz.load(Relaxed).clamp(1, 500);
+        let period = Duration::from_millis(1000 / hz);
+        server.db.tick();
+        // Redis gives the slow expiry cycle 25% of a cron period.
+        let removed = expire::active_expire_cycle(&server.db, period / 4);
+        if removed > 0 {
+            server.stats.expired_keys.add(removed);
+        }
+        std::thread::sleep(period);
+    }
+}

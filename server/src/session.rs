@@ -1,0 +1,174 @@
+//! Per-connection state, and the registry of connected clients (CLIENT LIST/KILL).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use relcache_protocol::resp::Protocol;
+use tokio_util::sync::CancellationToken;
+
+use crate::db::WatchFlag;
+
+/// What CLIENT LIST / INFO / KILL see of a connection; shared between the
+/// connection task and the registry.
+pub struct ClientInfo {
+    pub id: u64,
+    pub addr: SocketAddr,
+    pub laddr: SocketAddr,
+    pub created: Instant,
+    pub name: Mutex<Option<Bytes>>,
+    pub lib_name: Mutex<Option<Bytes>>,
+    pub lib_ver: Mutex<Option<Bytes>>,
+    /// Milliseconds since `created` of the last command.
+    pub last_active_ms: AtomicU64,
+    /// The last command's full name (`client|list`).
+    pub last_cmd: Mutex<&'static str>,
+    pub proto: AtomicU8,
+    /// Pending queued commands (-1 outside MULTI), for the `multi=` field.
+    pub multi: AtomicU64,
+    pub qbuf: AtomicU64,
+    pub obuf: AtomicU64,
+    /// Cancelled by CLIENT KILL (and by shutdown, as a child of the server token).
+    pub kill: CancellationToken,
+}
+
+impl ClientInfo {
+    pub fn idle_secs(&self) -> u64 {
+        let now = self.created.elapsed().as_millis() as u64;
+        now.saturating_sub(self.last_active_ms.load(Relaxed)) / 1000
+    }
+
+    /// One CLIENT LIST / CLIENT INFO line (without the trailing newline), with the
+    /// fields Redis 7.2 prints, in its order.
+    pub fn line(&self) -> String {
+        let lossy = |b: &Mutex<Option<Bytes>>| {
+            b.lock().as_ref().map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default()
+        };
+        let multi = self.multi.load(Relaxed);
+        let multi = if multi == u64::MAX { -1 } else { multi as i64 };
+        let flags = if multi >= 0 { "x" } else { "N" };
+        format!(
+            "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={flags} db=0 sub=0 psub=0 ssub=0 multi={multi} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            self.id,
+            self.addr,
+            self.laddr,
+            lossy(&self.name),
+            self.created.elapsed().as_secs(),
+            self.idle_secs(),
+            self.qbuf.load(Relaxed),
+            self.obuf.load(Relaxed),
+            self.last_cmd.lock(),
+            self.proto.load(Relaxed),
+            lossy(&self.lib_name),
+            lossy(&self.lib_ver),
+        )
+    }
+}
+
+/// All connected clients.
+#[derive(Default)]
+pub struct Clients {
+    map: Mutex<std::collections::BTreeMap<u64, Arc<ClientInfo>>>,
+    next_id: AtomicU64,
+}
+
+impl Clients {
+    /// Registers a new connection, unless `max` are already connected.
+    pub fn register(
+        &self,
+        addr: SocketAddr,
+        laddr: SocketAddr,
+        parent: &CancellationToken,
+        max: usize,
+    ) -> Option<Arc<ClientInfo>> {
+        let mut map = self.map.lock();
+        if map.len() >= max {
+            return None;
+        }
+        let id = self.next_id.fetch_add(1, Relaxed) + 1;
+        let info = Arc::new(ClientInfo {
+            id,
+            addr,
+            laddr,
+            created: Instant::now(),
+            name: Mutex::new(None),
+            lib_name: Mutex::new(None),
+            lib_ver: Mutex::new(None),
+            last_active_ms: AtomicU64::new(0),
+            last_cmd: Mutex::new("NULL"),
+            proto: AtomicU8::new(2),
+            multi: AtomicU64::new(u64::MAX),
+            qbuf: AtomicU64::new(0),
+            obuf: AtomicU64::new(0),
+            kill: parent.child_token(),
+        });
+        map.insert(id, info.clone());
+        Some(info)
+    }
+
+    pub fn unregister(&self, id: u64) {
+        self.map.lock().remove(&id);
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A snapshot, in id order.
+    pub fn all(&self) -> Vec<Arc<ClientInfo>> {
+        self.map.lock().values().cloned().collect()
+    }
+}
+
+/// State of an open MULTI.
+#[derive(Default)]
+pub struct Multi {
+    pub queued: Vec<Vec<Bytes>>,
+    /// A command failed to queue (unknown, wrong arity): EXEC will abort.
+    pub failed: bool,
+}
+
+/// What one connection knows about itself.
+pub struct Session {
+    pub info: Arc<ClientInfo>,
+    pub proto: Protocol,
+    pub authenticated: bool,
+    pub multi: Option<Multi>,
+    /// Raised by any shard when a watched key changes.
+    pub watch_flag: WatchFlag,
+    /// Watched keys, with the expiry each had at WATCH time (a key that expires
+    /// before EXEC counts as changed, as in Redis 7).
+    pub watched: Vec<(Bytes, Option<u64>)>,
+    /// Close the connection once this batch's replies are written (QUIT).
+    pub close_after_reply: bool,
+}
+
+impl Session {
+    pub fn new(info: Arc<ClientInfo>, authenticated: bool) -> Session {
+        Session {
+            info,
+            proto: Protocol::Resp2,
+            authenticated,
+            multi: None,
+            watch_flag: WatchFlag::default(),
+            watched: Vec::new(),
+            close_after_reply: false,
+        }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.info.id
+    }
+
+    pub fn set_proto(&mut self, proto: Protocol) {
+        self.proto = proto;
+        self.info.proto.store(proto.version() as u8, Relaxed);
+    }
+}

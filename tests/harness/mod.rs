@@ -1,0 +1,200 @@
+//! Test harness: starts the real `relcache-server` binary on a free port and hands
+//! out clients. Each end-to-end test file includes it with `mod harness;`.
+//!
+//! The server is started on port 0 and the harness reads the port it actually bound
+//! from its log line, so tests never race for fixed ports; readiness is polled with
+//! PING, never waited for with a sleep. The process is killed when the guard drops.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, Once};
+use std::time::{Duration, Instant};
+
+/// A running relcache-server, killed on drop.
+pub struct TestServer {
+    child: Child,
+    pub port: u16,
+    log: std::sync::Arc<Mutex<String>>,
+}
+
+/// Path to the binary under test (cargo builds it for this package's tests).
+pub fn server_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_relcache-server"))
+}
+
+impl TestServer {
+    /// Starts a server with default options.
+    pub fn start() -> TestServer {
+        TestServer::start_with(&[])
+    }
+
+    /// Starts a server with extra command-line options (`["--maxclients", "5"]`).
+    pub fn start_with(args: &[&str]) -> TestServer {
+        let mut child = Command::new(server_bin())
+            .args(["--port", "0", "--bind", "127.0.0.1"])
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn relcache-server");
+        let stderr = child.stderr.take().unwrap();
+        let log = std::sync::Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut tx = Some(tx);
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    if let Some(port) = parse_port(&line) {
+                        if let Some(tx) = tx.take() {
+                            let _ = tx.send(port);
+                        }
+                    }
+                    let mut l = log.lock().unwrap();
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+            });
+        }
+        let port = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(p) => p,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("relcache-server did not report its port; log:\n{}", log.lock().unwrap());
+            }
+        };
+        let server = TestServer { child, port, log };
+        server.wait_ready();
+        server
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                if s.write_all(b"*1\r\n$4\r\nPING\r\n").is_ok() {
+                    let mut buf = [0u8; 64];
+                    if let Ok(n) = s.read(&mut buf) {
+                        // +PONG, or -NOAUTH when a password is set: either way it's up.
+                        if n > 0 {
+                            return;
+                        }
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("relcache-server on port {} never answered PING", self.port);
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A `redis` crate client.
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).unwrap()
+    }
+
+    /// A sync connection from the `redis` crate.
+    pub fn conn(&self) -> redis::Connection {
+        self.client().get_connection().expect("connect")
+    }
+
+    /// A raw TCP connection, for byte-level protocol tests.
+    pub fn raw(&self) -> TcpStream {
+        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    }
+
+    /// Runs `redis-cli -p <port> <args>` and returns its output.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(tool("redis-cli"))
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("run redis-cli")
+    }
+
+    /// `redis-cli` stdout, trimmed, asserting it exited 0.
+    pub fn cli_out(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(out.status.success(), "redis-cli {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim_end().to_string()
+    }
+
+    /// What the server has logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Whether the process is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Sends SIGTERM and waits for a clean exit; returns the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "server did not exit after SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the process to exit on its own (after SHUTDOWN).
+    pub fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "server did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn parse_port(line: &str) -> Option<u16> {
+    // "relcache ready to accept connections local_addr=127.0.0.1:PORT"
+    let rest = line.split("local_addr=").nth(1)?;
+    let addr = rest.split_whitespace().next()?;
+    addr.rsplit(':').next()?.parse().ok()
+}
+
+/// Path of a Redis tool (`redis-cli`, `redis-benchmark`, `redis-server`). The test
+/// command installs redis-tools; a missing tool is a loud failure, never a skip.
+pub fn tool(name: &str) -> PathBuf {
+    static CHECK: Once = Once::new();
+    CHECK.call_once(|| {});
+    for dir in ["/usr/bin", "/usr/local/bin"] {
+        let p = PathBuf::from(dir).join(name);
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!("{name} is not installed: run ./scripts/test.sh (it installs redis-tools) or apt-get install redis-tools");
+}
