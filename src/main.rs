@@ -63,7 +63,12 @@ struct Cli {
     threads: Option<usize>,
 }
 
+/// Every allocation is counted: INFO's used_memory and the maxmemory limit use it.
+#[global_allocator]
+static ALLOC: relcache_server::alloc::Counting = relcache_server::alloc::Counting;
+
 fn main() -> anyhow::Result<()> {
+    relcache_server::alloc::mark_installed();
     let cli = Cli::parse();
     let config = Config::default();
     if let Some(path) = &cli.config_file {

@@ -6,6 +6,7 @@
 //! The `relcache-server` binary (the root package's `src/main.rs`) only reads the
 //! command line and calls [`run`], which tests and benches can call too.
 
+pub mod alloc;
 pub mod cmd;
 pub mod config;
 pub mod conn;

@@ -12,7 +12,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::cmd::registry;
 use crate::config::Config;
+use crate::db::evict::{Evictor, Policy};
 use crate::db::{expire, Db, View};
+use crate::error::CmdError;
 use crate::session::Clients;
 use crate::stats::{CommandStats, Stats};
 
@@ -24,6 +26,7 @@ pub struct Server {
     /// Per command and subcommand, indexed like `cmd::registry().all`.
     pub cmdstats: Vec<CommandStats>,
     pub clients: Clients,
+    pub evictor: Evictor,
     /// Cancelled to shut down: by the caller of [`run`], or by SHUTDOWN.
     pub shutdown: CancellationToken,
     pub started: Instant,
@@ -44,11 +47,40 @@ impl Server {
             stats: Stats::default(),
             cmdstats: registry().all.iter().map(|_| CommandStats::default()).collect(),
             clients: Clients::default(),
+            evictor: Evictor::default(),
             shutdown,
             started: Instant::now(),
             run_id,
             local_addr,
         }
+    }
+
+    /// Bytes in use as the maxmemory limit sees them: the counting allocator's live
+    /// heap, or 0 where it is not installed (the limit is then not enforced).
+    pub fn used_memory(&self) -> usize {
+        crate::alloc::allocated().unwrap_or(0)
+    }
+
+    /// Makes room under `maxmemory` for a command about to store `incoming` bytes,
+    /// evicting by the configured policy. Called before the command takes any lock.
+    /// `Err(Oom)` when memory stays over the limit and the command would add data
+    /// (`denyoom`); commands that only read or delete always proceed.
+    pub fn make_room(&self, incoming: usize, denyoom: bool) -> Result<(), CmdError> {
+        let max = self.config.maxmemory.load(Relaxed) as usize;
+        if max == 0 || self.used_memory() + incoming <= max {
+            return Ok(());
+        }
+        let policy = Policy::from_name(self.config.policy()).unwrap_or(Policy::NoEviction);
+        let samples = self.config.maxmemory_samples.load(Relaxed) as usize;
+        let (evicted, still_over) =
+            self.evictor.evict(&self.db, policy, samples, || self.used_memory() + incoming > max);
+        if evicted > 0 {
+            self.stats.evicted_keys.add(evicted);
+        }
+        if still_over && denyoom {
+            return Err(CmdError::Oom);
+        }
+        Ok(())
     }
 
     /// Adds what a command's view counted (hits, misses, lazily expired keys).
@@ -120,13 +152,12 @@ pub async fn run(listener: TcpListener, config: Config, shutdown: CancellationTo
     Ok(())
 }
 
-/// The background loop: LRU clock and active expiry, `hz` times a second, on its
-/// own thread so a sweep never occupies a runtime worker that serves clients.
+/// The background loop: active expiry, `hz` times a second, on its own thread so a
+/// sweep never occupies a runtime worker that serves clients.
 fn cron(server: &Server) {
     while !server.shutdown.is_cancelled() {
         let hz = server.config.hz.load(Relaxed).clamp(1, 500);
         let period = Duration::from_millis(1000 / hz);
-        server.db.tick();
         // Redis gives the slow expiry cycle 25% of a cron period.
         let removed = expire::active_expire_cycle(&server.db, period / 4);
         if removed > 0 {

@@ -190,6 +190,12 @@ fn execute(server: &Server, session: &mut Session, args: &[Bytes]) -> Frame {
             return Frame::Simple(Bytes::from_static(b"QUEUED"));
         }
     }
+    let denyoom = spec.has(spec::DENYOOM) || spec.name == "exec";
+    let incoming = if denyoom { args.iter().map(|a| a.len()).sum() } else { 0 };
+    if let Err(e) = server.make_room(incoming, denyoom) {
+        server.cmdstats[id].rejected_calls.incr();
+        return e.to_frame();
+    }
     run(server, session, id, spec, args, None)
 }
 

@@ -43,9 +43,9 @@ pub struct Entry {
     /// Absolute expiry in Unix milliseconds; 0 means the key never expires. Changed
     /// only through the shard, which also keeps its set of volatile keys.
     pub(super) expire_at: u64,
-    /// The LRU clock (seconds since start) at the last access. Readers update it with
-    /// a relaxed store while holding only a shared lock: recency is a hint, and a read
-    /// must never need an exclusive lock.
+    /// The LRU clock ([`Db::lru_clock`](super::Db::lru_clock)) at the last access.
+    /// Readers update it with a relaxed store while holding only a shared lock:
+    /// recency is a hint, and a read must never need an exclusive lock.
     lru: AtomicU32,
 }
 
@@ -90,5 +90,10 @@ impl Entry {
     /// The LRU clock value of the last access.
     pub fn lru(&self) -> u32 {
         self.lru.load(Relaxed)
+    }
+
+    /// Milliseconds since the last access, given the current LRU clock.
+    pub fn idle_ms(&self, lru_clock: u32) -> u64 {
+        lru_clock.wrapping_sub(self.lru()) as u64
     }
 }

@@ -12,11 +12,12 @@
 //! two multi-key commands can never deadlock.
 
 mod entry;
+pub mod evict;
 pub mod expire;
 mod shard;
 mod view;
 
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ahash::RandomState;
@@ -40,10 +41,6 @@ pub struct Shard {
 pub struct Db {
     shards: Box<[Shard]>,
     hasher: RandomState,
-    /// Seconds since start, advanced by the server's cron; what entries record as
-    /// their last access.
-    lru_clock: AtomicU32,
-    started: std::time::Instant,
 }
 
 impl Default for Db {
@@ -69,8 +66,6 @@ impl Db {
                 0xa409_3822_299f_31d0,
                 0x082e_fa98_ec4e_6c89,
             ),
-            lru_clock: AtomicU32::new(0),
-            started: std::time::Instant::now(),
         }
     }
 
@@ -98,15 +93,12 @@ impl Db {
         self.shards.iter().map(|s| s.map.read().volatile_len()).sum()
     }
 
-    /// The current LRU clock.
+    /// The current LRU clock: Unix milliseconds, truncated to 32 bits. Entries store
+    /// it on access and idle time is a wrapping difference, exact for idle times up
+    /// to 49 days (Redis's 24-bit seconds clock wraps after 194 days but cannot order
+    /// accesses within a second, which a replayed trace needs).
     pub fn lru_clock(&self) -> u32 {
-        self.lru_clock.load(Relaxed)
-    }
-
-    /// Advances the LRU clock; called by the server cron.
-    pub fn tick(&self) {
-        let secs = self.started.elapsed().as_secs() as u32;
-        self.lru_clock.store(secs, Relaxed);
+        now_ms() as u32
     }
 
     /// Locks the shards owning `keys` (all shards if `all`) and returns the view a

@@ -48,12 +48,13 @@ impl<'a> View<'a> {
                 (i, g)
             })
             .collect();
+        // Taken after the locks: a command sees one instant for all its keys.
+        let now = now_ms();
         View {
             db,
             guards,
-            // Taken after the locks: a command sees one instant for all its keys.
-            now_ms: now_ms(),
-            lru: db.lru_clock(),
+            now_ms: now,
+            lru: now as u32,
             expired: 0,
             hits: Cell::new(0),
             misses: Cell::new(0),
