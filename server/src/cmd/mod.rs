@@ -10,9 +10,12 @@
 pub mod spec;
 
 mod connection;
+pub mod ids;
+mod idset;
 mod introspect;
 mod keys;
 mod server;
+mod sets;
 mod strings;
 mod transactions;
 
@@ -32,12 +35,14 @@ use crate::session::Session;
 pub use spec::{CommandSpec, Group, Keys};
 
 /// Every top-level command family's table.
-fn families() -> [&'static [CommandSpec]; 6] {
+fn families() -> [&'static [CommandSpec]; 8] {
     [
         connection::COMMANDS,
+        idset::COMMANDS,
         introspect::COMMANDS,
         keys::COMMANDS,
         server::COMMANDS,
+        sets::COMMANDS,
         strings::COMMANDS,
         transactions::COMMANDS,
     ]
@@ -141,6 +146,24 @@ impl<'a, 'v> Ctx<'a, 'v> {
             ViewSlot::Own(v) => v,
             ViewSlot::Exec(v) => v,
             ViewSlot::Unlocked => unreachable!(),
+        }
+    }
+
+    /// Releases this command's locks so it can do long work (rebuilding a table)
+    /// without blocking other keys of the shard; the next [`view`](Self::view)
+    /// locks again, and the caller must re-check what it saw. Returns false (and
+    /// keeps the locks) inside EXEC, where the transaction must stay atomic.
+    pub fn release_view(&mut self) -> bool {
+        match std::mem::replace(&mut self.view, ViewSlot::Unlocked) {
+            ViewSlot::Own(v) => {
+                self.server.absorb_view_stats(&v);
+                true
+            }
+            ViewSlot::Unlocked => true,
+            exec @ ViewSlot::Exec(_) => {
+                self.view = exec;
+                false
+            }
         }
     }
 

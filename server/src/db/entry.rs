@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use bytes::Bytes;
 
+use super::IdSet;
 use crate::error::CmdError;
 
 /// A stored value. Each variant is one Redis type as `TYPE` reports it.
@@ -11,6 +12,9 @@ use crate::error::CmdError;
 pub enum Value {
     /// A string (also what `INCR` works on: Redis keeps integers as strings too).
     Str(Bytes),
+    /// A set of `u64` ids (TYPE says `set`): what SADD, SET of a table and
+    /// IDSET.LOAD store.
+    IdSet(IdSet),
 }
 
 impl Value {
@@ -18,6 +22,7 @@ impl Value {
     pub fn type_name(&self) -> &'static str {
         match self {
             Value::Str(_) => "string",
+            Value::IdSet(_) => "set",
         }
     }
 
@@ -25,6 +30,32 @@ impl Value {
     pub fn as_str(&self) -> Result<&Bytes, CmdError> {
         match self {
             Value::Str(b) => Ok(b),
+            Value::IdSet(_) => Err(CmdError::WrongType),
+        }
+    }
+
+    /// What GET returns: a string's bytes, or an idset's table bytes (so a client
+    /// can fetch a table and check membership locally); `WRONGTYPE` otherwise.
+    pub fn as_get_bytes(&self) -> Result<&Bytes, CmdError> {
+        match self {
+            Value::Str(b) => Ok(b),
+            Value::IdSet(s) => Ok(s.bytes()),
+        }
+    }
+
+    /// The idset, or `WRONGTYPE`.
+    pub fn as_idset(&self) -> Result<&IdSet, CmdError> {
+        match self {
+            Value::IdSet(s) => Ok(s),
+            _ => Err(CmdError::WrongType),
+        }
+    }
+
+    /// The idset for an update, or `WRONGTYPE`.
+    pub fn as_idset_mut(&mut self) -> Result<&mut IdSet, CmdError> {
+        match self {
+            Value::IdSet(s) => Ok(s),
+            _ => Err(CmdError::WrongType),
         }
     }
 
@@ -32,6 +63,7 @@ impl Value {
     pub fn heap_size(&self) -> usize {
         match self {
             Value::Str(b) => b.len(),
+            Value::IdSet(s) => s.heap_size(),
         }
     }
 }

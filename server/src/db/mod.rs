@@ -14,6 +14,7 @@
 mod entry;
 pub mod evict;
 pub mod expire;
+mod idset;
 mod shard;
 mod view;
 
@@ -24,6 +25,7 @@ use ahash::RandomState;
 use parking_lot::RwLock;
 
 pub use entry::{Entry, Value};
+pub use idset::IdSet;
 pub use shard::{Lookup, ShardMap, WatchFlag};
 pub use view::{LockMode, View};
 

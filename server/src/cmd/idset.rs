@@ -1,0 +1,449 @@
+//! The IDSET family: relcache's own commands on idset tables (named like
+//! RedisBloom's `BF.*`).
+//!
+//! What a relation service needs that the SET family cannot say:
+//! - load a whole follow set in one command, from a prebuilt table, packed ids or
+//!   decimal ids (`IDSET.LOAD`), built and validated before any lock is taken;
+//! - tell a cache miss from a "no": every read here replies nil for a missing key,
+//!   where SISMEMBER would say 0 and send the caller to MySQL for nothing — or worse,
+//!   not send it;
+//! - batch membership in decimal (`IDSET.MEXISTS`) or binary (`IDSET.MEXISTSBIN`:
+//!   packed little-endian ids in, a bitmap out, nothing to parse on either side);
+//! - write-through updates that never create a partial set (`IDSET.ADD … XX`);
+//! - one id against many keys (`IDSET.WHICH`): "which of the people I follow follow X?".
+//!
+//! Unlike SREM, removing the last id keeps an empty set: an empty set is a cached
+//! answer ("follows nobody"), not a miss.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use relcache_protocol::idset::{self, Builder, TableRef};
+use relcache_protocol::resp::Frame;
+
+use super::ids::{id_frame, parse_id, parse_ids};
+use super::spec::{self, CommandSpec, Group, Keys};
+use super::{eq_ic, parse_i64, Ctx};
+use crate::db::{IdSet, Value};
+use crate::error::{CmdError, CmdResult};
+
+const ONE_KEY_READ: u32 = spec::READONLY | spec::FAST;
+
+pub(super) const COMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        name: "idset.load",
+        arity: -4,
+        flags: spec::WRITE | spec::DENYOOM,
+        keys: Keys::ONE,
+        group: Group::Idset,
+        since: "0.1.0",
+        summary: "Replaces a key with a whole id set: a prebuilt table, packed ids, or decimal ids.",
+        complexity: "O(N) with N the number of ids",
+        handler: load,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "idset.exists",
+        arity: 3,
+        flags: ONE_KEY_READ,
+        keys: Keys::ONE,
+        group: Group::Idset,
+        since: "0.1.0",
+        summary: "Whether an id is in the set: 1 or 0, nil if the key is missing.",
+        handler: exists,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "idset.mexists",
+        arity: -3,
+        flags: ONE_KEY_READ,
+        keys: Keys::ONE,
+        group: Group::Idset,
+        since: "0.1.0",
+        summary: "Membership of many ids, one 1/0 per id in order; nil if the key is missing.",
+        complexity: "O(N) with N the number of ids",
+        handler: mexists,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "idset.mexistsbin",
+        arity: 3,
+        flags: ONE_KEY_READ,
+        keys: Keys::ONE,
+        group: Group::Idset,
+        since: "0.1.0",
+        summary: "Membership of packed little-endian u64 ids, as a bitmap (bit i of byte i/8, LSB first); nil if the key is missing.",
+        complexity: "O(N) with N the number of ids",
+        handler: mexistsbin,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "idset.add",
+        arity: -3,
+        flags: spec::WRITE | spec::DENYOOM | spec::FAST,
+        keys: Keys::ONE,
+        group: Group::Idset,
+        since: "0.1.0",
+        summary: "Adds ids; with XX only if the key exists (nil otherwise). Returns the number added.",
+        complexity: "O(N) amortized with N the number of ids",
+        handler: add,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "idset.rem",
+        arity: -3,
+        flags: spec::WRITE | spec::FAST,
+        keys: Keys::ONE,
+        group: Group::Idset,
+        since: "0.1.0",
+        summary: "Removes ids, keeping an empty set. Returns the number removed; nil if the key is missing.",
+        complexity: "O(N) with N the number of ids",
+        handler: rem,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "idset.card",
+        arity: 2,
+        flags: ONE_KEY_READ,
+        keys: Keys::ONE,
+        group: Group::Idset,
+        since: "0.1.0",
+        summary: "Number of ids in the set; nil if the key is missing.",
+        handler: card,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "idset.members",
+        arity: -2,
+        flags: spec::READONLY,
+        keys: Keys::ONE,
+        group: Group::Idset,
+        since: "0.1.0",
+        summary: "All ids (decimal, or one packed string with PACKED); nil if the key is missing.",
+        complexity: "O(N) with N the capacity of the table",
+        handler: members,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "idset.scan",
+        arity: -3,
+        flags: spec::READONLY,
+        keys: Keys::ONE,
+        group: Group::Idset,
+        since: "0.1.0",
+        summary: "Iterates the ids of a set by slot position: [next cursor, ids]; nil if the key is missing.",
+        complexity: "O(1) for every call. O(N) for a complete iteration.",
+        handler: scan,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "idset.info",
+        arity: 2,
+        flags: spec::READONLY | spec::FAST,
+        keys: Keys::ONE,
+        group: Group::Idset,
+        since: "0.1.0",
+        summary: "Table facts: capacity, ids, deleted slots, load factor, bytes, seed; nil if the key is missing.",
+        handler: info,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "idset.which",
+        arity: -3,
+        flags: spec::READONLY,
+        keys: Keys::Range { first: 2, last: -1, step: 1 },
+        group: Group::Idset,
+        since: "0.1.0",
+        summary: "Whether one id is in each of many sets: 1, 0, or nil for a missing key, per key in order.",
+        complexity: "O(N) with N the number of keys",
+        handler: which,
+        ..CommandSpec::DEFAULT
+    },
+];
+
+/// Parses and validates a table sent by a client, returning an owned copy (the
+/// argument is a slice of the connection's read buffer, which must not be pinned).
+pub(super) fn table_from_client(blob: &[u8]) -> Result<IdSet, CmdError> {
+    idset::validate(blob).map_err(|e| CmdError::err(format!("invalid idset table: {e}")))?;
+    Ok(IdSet::from_valid(Bytes::copy_from_slice(blob)))
+}
+
+/// Packed little-endian u64s.
+fn unpack(blob: &[u8]) -> Result<Vec<u64>, CmdError> {
+    if blob.len() % 8 != 0 {
+        return Err(CmdError::err(format!(
+            "packed ids must be a multiple of 8 bytes (little-endian u64s), got {} bytes",
+            blob.len()
+        )));
+    }
+    Ok(blob
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("chunks of 8")))
+        .collect())
+}
+
+/// IDSET.LOAD key [EX seconds | PX milliseconds] [RESERVE n] (TABLE blob | PACKED blob | IDS id …)
+fn load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let mut expire_ms: Option<i64> = None;
+    let mut reserve = 0usize;
+    let mut i = 2;
+    let set = loop {
+        let Some(opt) = args.get(i) else { return Err(CmdError::Syntax) };
+        let value = args.get(i + 1).ok_or(CmdError::Syntax)?;
+        if eq_ic(opt, "EX") || eq_ic(opt, "PX") {
+            if expire_ms.is_some() {
+                return Err(CmdError::Syntax);
+            }
+            let n = parse_i64(value)?;
+            let ms = if eq_ic(opt, "EX") { n.checked_mul(1000) } else { Some(n) };
+            match ms {
+                Some(ms) if ms > 0 => expire_ms = Some(ms),
+                _ => return Err(CmdError::err("invalid expire time in 'idset.load' command")),
+            }
+            i += 2;
+        } else if eq_ic(opt, "RESERVE") {
+            reserve = usize::try_from(parse_i64(value)?).map_err(|_| CmdError::NotInteger)?;
+            i += 2;
+        } else if eq_ic(opt, "TABLE") {
+            if args.len() != i + 2 {
+                return Err(CmdError::Syntax);
+            }
+            let mut set = table_from_client(value)?;
+            if reserve > set.table().room_in_place() as usize {
+                set = IdSet::from_valid(set.plan_rebuild(reserve));
+            }
+            break set;
+        } else if eq_ic(opt, "PACKED") {
+            if args.len() != i + 2 {
+                return Err(CmdError::Syntax);
+            }
+            break build(&unpack(value)?, reserve)?;
+        } else if eq_ic(opt, "IDS") {
+            break build(&parse_ids(&args[i + 1..])?, reserve)?;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+    };
+    let len = set.len();
+    let v = ctx.view();
+    let expire_at = expire_ms.map_or(0, |ms| v.now_ms().saturating_add(ms as u64));
+    v.insert(&args[1], Value::IdSet(set), expire_at);
+    Ok(Frame::Integer(len as i64))
+}
+
+fn build(ids: &[u64], reserve: usize) -> Result<IdSet, CmdError> {
+    Builder::new()
+        .reserve(reserve)
+        .try_build(ids)
+        .map(|t| IdSet::from_valid(t.into()))
+        .map_err(|e| CmdError::err(e.to_string()))
+}
+
+fn exists(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let id = parse_id(&args[2])?;
+    match ctx.view().get(&args[1]) {
+        None => Ok(Frame::Null),
+        Some(e) => Ok(Frame::Integer(e.value().as_idset()?.contains(id) as i64)),
+    }
+}
+
+fn mexists(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let ids = parse_ids(&args[2..])?;
+    let v = ctx.view();
+    let Some(e) = v.get(&args[1]) else { return Ok(Frame::NullArray) };
+    let table = e.value().as_idset()?.table();
+    Ok(Frame::Array(ids.iter().map(|&id| Frame::Integer(table.contains(id) as i64)).collect()))
+}
+
+fn mexistsbin(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let packed = &args[2];
+    if packed.len() % 8 != 0 {
+        unpack(packed)?;
+    }
+    let n = packed.len() / 8;
+    let mut bitmap = vec![0u8; n.div_ceil(8)];
+    let v = ctx.view();
+    let Some(e) = v.get(&args[1]) else { return Ok(Frame::Null) };
+    let table = e.value().as_idset()?.table();
+    for (i, chunk) in packed.chunks_exact(8).enumerate() {
+        let id = u64::from_le_bytes(chunk.try_into().expect("chunks of 8"));
+        if table.contains(id) {
+            bitmap[i / 8] |= 1 << (i % 8);
+        }
+    }
+    Ok(Frame::Bulk(bitmap.into()))
+}
+
+fn add(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let xx = eq_ic(&args[2], "XX");
+    let first = if xx { 3 } else { 2 };
+    if args.len() <= first {
+        return Err(CmdError::WrongArity(ctx.spec.name.into()));
+    }
+    let ids = parse_ids(&args[first..])?;
+    let v = ctx.view();
+    match v.get_mut(&args[1]) {
+        Some(e) => Ok(Frame::Integer(e.value_mut().as_idset_mut()?.insert_many(&ids) as i64)),
+        None if xx => Ok(Frame::Null),
+        None => {
+            let set = IdSet::build(&ids);
+            let n = set.len();
+            v.insert(&args[1], Value::IdSet(set), 0);
+            Ok(Frame::Integer(n as i64))
+        }
+    }
+}
+
+fn rem(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let ids = parse_ids(&args[2..])?;
+    match ctx.view().get_mut(&args[1]) {
+        None => Ok(Frame::Null),
+        Some(e) => Ok(Frame::Integer(e.value_mut().as_idset_mut()?.remove_many(&ids) as i64)),
+    }
+}
+
+fn card(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    match ctx.view().get(&args[1]) {
+        None => Ok(Frame::Null),
+        Some(e) => Ok(Frame::Integer(e.value().as_idset()?.len() as i64)),
+    }
+}
+
+fn members(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let packed = match args.get(2) {
+        None => false,
+        Some(a) if eq_ic(a, "PACKED") && args.len() == 3 => true,
+        Some(_) => return Err(CmdError::Syntax),
+    };
+    let v = ctx.view();
+    let Some(e) = v.get(&args[1]) else {
+        return Ok(if packed { Frame::Null } else { Frame::NullArray });
+    };
+    let table = e.value().as_idset()?.table();
+    if packed {
+        let mut out = BytesMut::with_capacity(table.len() as usize * 8);
+        table.iter().for_each(|id| out.put_u64_le(id));
+        return Ok(Frame::Bulk(out.freeze()));
+    }
+    Ok(Frame::Array(table.iter().map(id_frame).collect()))
+}
+
+/// IDSET.SCAN key cursor [COUNT n]: the cursor is a slot position; the two ids kept
+/// as header flags come with the first page. Slots never move while a table lives,
+/// so a full iteration returns every id present throughout exactly once — unless the
+/// table is rebuilt (grown or compacted) mid-scan, in which case ids may repeat, as
+/// Redis allows.
+fn scan(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let cursor = super::ids::parse_id_opt(&args[2]).ok_or_else(|| CmdError::err("invalid cursor"))?;
+    let mut count = 10u64;
+    let mut i = 3;
+    while i < args.len() {
+        if eq_ic(&args[i], "COUNT") && i + 1 < args.len() {
+            count = u64::try_from(parse_i64(&args[i + 1])?).map_err(|_| CmdError::Syntax)?;
+            if count == 0 {
+                return Err(CmdError::Syntax);
+            }
+            i += 2;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+    }
+    let v = ctx.view();
+    let Some(e) = v.get(&args[1]) else { return Ok(Frame::NullArray) };
+    let table = e.value().as_idset()?.table();
+    let (next, ids) = scan_page(&table, cursor, count);
+    Ok(Frame::Array(vec![
+        Frame::Bulk(Bytes::copy_from_slice(itoa::Buffer::new().format(next).as_bytes())),
+        Frame::Array(ids.into_iter().map(id_frame).collect()),
+    ]))
+}
+
+/// Ids in slots `[cursor, cursor + count)` (plus the flag ids on the first page),
+/// and the next cursor (0 at the end).
+fn scan_page(table: &TableRef<'_>, cursor: u64, count: u64) -> (u64, Vec<u64>) {
+    let bytes = table.as_bytes();
+    let cap = u64::from(table.capacity());
+    let mut ids = Vec::new();
+    if cursor == 0 {
+        let flags = bytes[idset::OFF_FLAGS];
+        if flags & idset::FLAG_HAS_ZERO != 0 {
+            ids.push(0);
+        }
+        if flags & idset::FLAG_HAS_MAX != 0 {
+            ids.push(u64::MAX);
+        }
+    }
+    let end = cursor.saturating_add(count).min(cap);
+    for slot in cursor.min(cap)..end {
+        let off = idset::HEADER_LEN + slot as usize * idset::SLOT_LEN;
+        let id = u64::from_le_bytes(bytes[off..off + 8].try_into().expect("8 bytes"));
+        if id != idset::EMPTY && id != idset::DELETED {
+            ids.push(id);
+        }
+    }
+    (if end >= cap { 0 } else { end }, ids)
+}
+
+fn info(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let v = ctx.view();
+    let Some(e) = v.peek(&args[1]) else { return Ok(Frame::Null) };
+    let set = e.value().as_idset()?;
+    let t = set.table();
+    let field = |k: &'static str, v: Frame| (Frame::Simple(Bytes::from_static(k.as_bytes())), v);
+    Ok(Frame::Map(vec![
+        field("version", Frame::Integer(i64::from(idset::VERSION))),
+        field("ids", Frame::Integer(t.len() as i64)),
+        field("capacity", Frame::Integer(i64::from(t.capacity()))),
+        field("deleted", Frame::Integer(i64::from(t.deleted()))),
+        field("load_factor", Frame::Double(t.load_factor())),
+        field("room_in_place", Frame::Integer(i64::from(t.room_in_place()))),
+        field("bytes", Frame::Integer(set.heap_size() as i64)),
+        field(
+            "bytes_per_id",
+            Frame::Double(if t.is_empty() { 0.0 } else { set.heap_size() as f64 / t.len() as f64 }),
+        ),
+        field("seed", Frame::Integer(t.seed() as i64)),
+    ]))
+}
+
+fn which(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let id = parse_id(&args[1])?;
+    let v = ctx.view();
+    let mut out = Vec::with_capacity(args.len() - 2);
+    for key in &args[2..] {
+        out.push(match v.get(key) {
+            None => Frame::Null,
+            Some(e) => Frame::Integer(e.value().as_idset()?.contains(id) as i64),
+        });
+    }
+    Ok(Frame::Array(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scan_pages_cover_every_slot_once() {
+        let ids: Vec<u64> = (1..=1000).chain([0, u64::MAX]).collect();
+        let bytes = Builder::new().build(&ids);
+        let t = TableRef::open(&bytes).unwrap();
+        let (mut cursor, mut seen) = (0u64, Vec::new());
+        loop {
+            let (next, page) = scan_page(&t, cursor, 37);
+            seen.extend(page);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        seen.sort_unstable();
+        let mut want = ids.clone();
+        want.sort_unstable();
+        assert_eq!(seen, want);
+    }
+
+    #[test]
+    fn unpack_rejects_ragged_input() {
+        assert_eq!(unpack(&7u64.to_le_bytes()).unwrap(), vec![7]);
+        assert!(unpack(&[1, 2, 3]).unwrap_err().to_string().contains("multiple of 8"));
+    }
+}

@@ -1,0 +1,5 @@
+//! (Being written.)
+
+use super::spec::CommandSpec;
+
+pub(super) const COMMANDS: &[CommandSpec] = &[];

@@ -1,0 +1,175 @@
+//! The stored form of an idset: one validated table, updated in place.
+//!
+//! The bytes are exactly what a client wrote with SET (or what IDSET.LOAD / SADD
+//! built), so GET hands them back without conversion and a client can check
+//! membership locally. They are kept as `Bytes` so a GET can reply with a reference
+//! count instead of a copy; an update takes the buffer back as mutable when no reply
+//! still holds it (the common case) and copies it only when one does.
+//!
+//! Growth: when an insert finds the table full (see the format's in-place limit),
+//! the table is rebuilt with room for the rest of the batch plus its current size,
+//! so a long run of adds costs amortized O(1) each. Callers that must not hold a
+//! shard lock during a rebuild use [`IdSet::plan_rebuild`] first (see the IDSET
+//! command family).
+
+use bytes::{Bytes, BytesMut};
+use relcache_protocol::idset::{rebuild, Builder, TableMut, TableRef};
+
+/// A table shrinks when fewer than 1/SHRINK_RATIO of its slots hold members.
+const SHRINK_RATIO: u64 = 8;
+/// Tables this small are never shrunk: it would save little and churn a lot.
+const SHRINK_MIN_CAPACITY: u32 = 1024;
+
+/// An idset value: a table known to be valid.
+#[derive(Debug, Clone)]
+pub struct IdSet {
+    table: Bytes,
+}
+
+impl IdSet {
+    /// Wraps bytes that [`relcache_protocol::idset::validate`] accepted (or that a
+    /// builder produced).
+    pub fn from_valid(table: Bytes) -> IdSet {
+        debug_assert!(TableRef::open(&table).is_ok());
+        IdSet { table }
+    }
+
+    /// A new set of `ids`.
+    pub fn build(ids: &[u64]) -> IdSet {
+        IdSet { table: Builder::new().build(ids).into() }
+    }
+
+    /// The table, for reads.
+    pub fn table(&self) -> TableRef<'_> {
+        TableRef::open(&self.table).expect("stored tables are valid")
+    }
+
+    /// The table bytes (what GET returns).
+    pub fn bytes(&self) -> &Bytes {
+        &self.table
+    }
+
+    pub fn len(&self) -> u64 {
+        self.table().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn contains(&self, id: u64) -> bool {
+        self.table().contains(id)
+    }
+
+    /// Heap bytes owned (the table), for MEMORY USAGE.
+    pub fn heap_size(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Whether adding `incoming` ids could need a rebuild (worst case: all new).
+    pub fn may_need_rebuild(&self, incoming: usize) -> bool {
+        (self.table().room_in_place() as usize) < incoming
+    }
+
+    /// A rebuilt copy of this table with room for `incoming` more ids, made from a
+    /// snapshot so the caller can run it without holding the shard lock.
+    pub fn plan_rebuild(&self, incoming: usize) -> Bytes {
+        let reserve = incoming.max(self.len() as usize);
+        rebuild(&self.table(), reserve).expect("table size within format limits").into()
+    }
+
+    /// Whether `other` is this exact stored buffer (nobody changed the key since a
+    /// snapshot was taken).
+    pub fn is_same(&self, other: &Bytes) -> bool {
+        self.table.as_ptr() == other.as_ptr() && self.table.len() == other.len()
+    }
+
+    /// Replaces the table with a rebuilt one (from [`plan_rebuild`](Self::plan_rebuild)).
+    pub fn replace(&mut self, table: Bytes) {
+        self.table = table;
+    }
+
+    /// Adds `ids`; returns how many were new.
+    pub fn insert_many(&mut self, ids: &[u64]) -> u64 {
+        let mut added = 0;
+        let mut buf = self.take_mut();
+        let mut i = 0;
+        while i < ids.len() {
+            let mut table = TableMut::open(&mut buf).expect("stored tables are valid");
+            match table.insert(ids[i]) {
+                Ok(new) => {
+                    added += u64::from(new);
+                    i += 1;
+                }
+                Err(_full) => {
+                    let reserve = (ids.len() - i).max(table.len() as usize);
+                    let bigger = rebuild(&table.as_table(), reserve).expect("table size within format limits");
+                    buf = BytesMut::from(&bigger[..]);
+                }
+            }
+        }
+        self.table = buf.freeze();
+        added
+    }
+
+    /// Removes `ids`; returns how many were members. Shrinks a table left mostly
+    /// empty, so a set that lost most of its members gives the memory back.
+    pub fn remove_many(&mut self, ids: &[u64]) -> u64 {
+        let mut buf = self.take_mut();
+        let mut table = TableMut::open(&mut buf).expect("stored tables are valid");
+        let removed = ids.iter().filter(|&&id| table.remove(id)).count() as u64;
+        let t = table.as_table();
+        if t.capacity() >= SHRINK_MIN_CAPACITY && t.len() * SHRINK_RATIO < u64::from(t.capacity()) {
+            let smaller = rebuild(&t, 0).expect("a smaller table fits");
+            self.table = smaller.into();
+            return removed;
+        }
+        self.table = buf.freeze();
+        removed
+    }
+
+    /// The table as a mutable buffer: no copy if no reply still holds it.
+    fn take_mut(&mut self) -> BytesMut {
+        let table = std::mem::take(&mut self.table);
+        table.try_into_mut().unwrap_or_else(|shared| BytesMut::from(&shared[..]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn grows_and_shrinks_with_the_model() {
+        let mut s = IdSet::build(&[]);
+        let mut model = HashSet::new();
+        let ids: Vec<u64> = (0..5000u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
+        for chunk in ids.chunks(37) {
+            let want = chunk.iter().filter(|id| model.insert(**id)).count() as u64;
+            assert_eq!(s.insert_many(chunk), want);
+        }
+        assert_eq!(s.len(), model.len() as u64);
+        let big_cap = s.table().capacity();
+        let (gone, kept) = ids.split_at(4900);
+        assert_eq!(s.remove_many(gone), 4900);
+        assert!(s.table().capacity() < big_cap, "shrunk after most members left");
+        assert!(kept.iter().all(|&id| s.contains(id)));
+        assert!(gone.iter().all(|&id| !s.contains(id)));
+        assert!(relcache_protocol::idset::validate(s.bytes()).is_ok());
+    }
+
+    #[test]
+    fn update_copies_only_when_a_reader_holds_the_buffer() {
+        let mut s = IdSet::build(&(1..=100).collect::<Vec<u64>>());
+        assert!(!s.may_need_rebuild(2), "room for the two adds below");
+        let reply = s.bytes().clone(); // a GET reply in flight
+        s.insert_many(&[1004]);
+        assert!(!s.is_same(&reply), "copy on write");
+        assert!(!TableRef::open(&reply).unwrap().contains(1004), "the reply is unchanged");
+        drop(reply);
+        let before = s.bytes().as_ptr();
+        s.insert_many(&[1005]);
+        assert_eq!(s.bytes().as_ptr(), before, "in place when unshared");
+    }
+}
