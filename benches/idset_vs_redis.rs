@@ -1,0 +1,205 @@
+//! relcache's idset tables against Redis's native sets, on the same data and the same
+//! client code (issue 3's figures). Run by hand, never in CI:
+//!
+//!     cargo bench --bench idset_vs_redis            # BENCH_ROUNDS=5 for more rounds
+//!
+//! Prints, relcache and Redis side by side:
+//! - bytes per stored id, from INFO used_memory before and after loading 2,000 users
+//!   x 2,000 ids (relcache: one prebuilt table per user with SET; Redis: one SADD);
+//! - SMISMEMBER with 100 ids, at -P 16 -c 50 and -P 1 -c 50, in ids checked per second,
+//!   and relcache's binary batch form IDSET.MEXISTSBIN on the same probes;
+//! - the time to load one 20,000-id set (relcache: one prebuilt SET and one SADD of
+//!   decimal ids; Redis: one SADD);
+//! - GET p99 from other clients while one client loads 20,000-id sets 50 times a
+//!   second, against GET p99 on an idle server.
+//!
+//! Not measured: network cost (loopback), persistence (both off), and anything the
+//! 2-core machine hides — the load generator shares the cores with the server, so
+//! ratios mean more than absolute rates. Each figure is the median of the rounds,
+//! with the two servers alternating.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use relcache_protocol::idset::Builder;
+use support::{alternate, blast, encode, latency, machine, median, rounds, roundtrip, Target};
+
+const USERS: u64 = 2_000;
+const IDS_PER_USER: u64 = 2_000;
+const BIG_SET: u64 = 20_000;
+
+fn user_ids(user: u64) -> Vec<u64> {
+    // Spread-out ids like real user ids; deterministic per user.
+    (0..IDS_PER_USER).map(|i| (user * 7_919 + i * 104_729) % 1_000_000_007 + 1).collect()
+}
+
+fn decimal(ids: &[u64]) -> Vec<Vec<u8>> {
+    ids.iter().map(|i| i.to_string().into_bytes()).collect()
+}
+
+fn load(t: &Target) {
+    let mut s = t.connect();
+    let mut batch = Vec::new();
+    for u in 0..USERS {
+        let key = format!("u:{u}");
+        let ids = user_ids(u);
+        let req = match t {
+            Target::Relcache(_) => encode(&[b"SET", key.as_bytes(), &Builder::new().build(&ids)]),
+            Target::Redis { .. } => {
+                let dec = decimal(&ids);
+                let mut args: Vec<&[u8]> = vec![b"SADD", key.as_bytes()];
+                args.extend(dec.iter().map(|d| d.as_slice()));
+                encode(&args)
+            }
+        };
+        batch.push(req);
+        if batch.len() == 50 || u == USERS - 1 {
+            let n = batch.len();
+            std::io::Write::write_all(&mut s, &batch.concat()).unwrap();
+            let replies = support::read_replies(&mut s, n, &mut Vec::new()).unwrap();
+            assert!(replies.iter().all(|r| !r.is_error()), "load failed: {:?}", replies.iter().find(|r| r.is_error()));
+            batch.clear();
+        }
+    }
+}
+
+/// 100 probe ids for user `u`: half members, half not.
+fn probes(u: u64) -> Vec<u64> {
+    let ids = user_ids(u);
+    (0..50).map(|i| ids[i * 37]).chain((0..50).map(|i| 2_000_000_000 + i)).collect()
+}
+
+fn smismember_requests() -> Vec<Vec<u8>> {
+    (0..200)
+        .map(|k| {
+            let u = (k * 9) % USERS;
+            let key = format!("u:{u}");
+            let dec = decimal(&probes(u));
+            let mut args: Vec<&[u8]> = vec![b"SMISMEMBER", key.as_bytes()];
+            args.extend(dec.iter().map(|d| d.as_slice()));
+            encode(&args)
+        })
+        .collect()
+}
+
+fn mexistsbin_requests() -> Vec<Vec<u8>> {
+    (0..200)
+        .map(|k| {
+            let u = (k * 9) % USERS;
+            let key = format!("u:{u}");
+            let packed: Vec<u8> = probes(u).iter().flat_map(|i| i.to_le_bytes()).collect();
+            encode(&[b"IDSET.MEXISTSBIN", key.as_bytes(), &packed])
+        })
+        .collect()
+}
+
+fn time_one(t: &Target, req: &[u8], reps: usize) -> f64 {
+    let mut s = t.connect();
+    let mut samples = Vec::new();
+    for _ in 0..reps {
+        roundtrip(&mut s, &[b"DEL", b"big"]).unwrap();
+        let start = Instant::now();
+        std::io::Write::write_all(&mut s, req).unwrap();
+        let r = support::read_replies(&mut s, 1, &mut Vec::new()).unwrap();
+        samples.push(start.elapsed().as_secs_f64() * 1e6);
+        assert!(!r[0].is_error(), "{:?}", r[0]);
+    }
+    median(samples)
+}
+
+fn get_p99_under_load(t: &Target, loading: bool) -> f64 {
+    let mut s = t.connect();
+    roundtrip(&mut s, &[b"SET", b"g", b"value"]).unwrap();
+    let ids: Vec<u64> = (1..=BIG_SET).map(|i| i * 31).collect();
+    let req = match t {
+        Target::Relcache(_) => encode(&[b"SET", b"bigload", &Builder::new().build(&ids)]),
+        Target::Redis { .. } => {
+            let dec = decimal(&ids);
+            let mut args: Vec<&[u8]> = vec![b"SADD", b"bigload"];
+            args.extend(dec.iter().map(|d| d.as_slice()));
+            encode(&args)
+        }
+    };
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let loader = loading.then(|| {
+        let (port, stop) = (t.port(), stop.clone());
+        std::thread::spawn(move || {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            let mut next = Instant::now();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // DEL then load, so Redis really inserts 20,000 members every time.
+                roundtrip(&mut s, &[b"DEL", b"bigload"]).unwrap();
+                std::io::Write::write_all(&mut s, &req).unwrap();
+                support::read_replies(&mut s, 1, &mut Vec::new()).unwrap();
+                next += Duration::from_millis(20); // 50 loads a second
+                if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+            }
+        })
+    });
+    let h = latency(t.port(), &encode(&[b"GET", b"g"]), 4, 3.0);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(l) = loader {
+        l.join().unwrap();
+    }
+    h.value_at_quantile(0.99) as f64
+}
+
+fn main() {
+    let rounds = rounds();
+    println!("# idset vs Redis sets — {} — {rounds} rounds, medians", machine());
+    let relcache = Target::relcache(&[]);
+    let redis = Target::redis(&[]);
+    let targets = [&relcache, &redis];
+
+    // Memory per id.
+    let mut per_id = Vec::new();
+    for t in targets {
+        let before = t.info_u64("used_memory");
+        let start = Instant::now();
+        load(t);
+        let secs = start.elapsed().as_secs_f64();
+        let after = t.info_u64("used_memory");
+        let b = (after - before) as f64 / (USERS * IDS_PER_USER) as f64;
+        per_id.push(b);
+        println!("load {USERS} users x {IDS_PER_USER} ids into {}: {secs:.2}s, {b:.2} bytes/id", t.name());
+    }
+    println!("\n| measure | relcache | redis | ratio |\n|---|---|---|---|");
+    println!("| bytes per stored id | {:.2} | {:.2} | {:.1}x smaller |", per_id[0], per_id[1], per_id[1] / per_id[0]);
+
+    let smis = smismember_requests();
+    for (p, c) in [(16, 50), (1, 50)] {
+        let r = alternate(&targets, rounds, |t| {
+            let rate = blast(t.port(), &smis, c, p, 3.0);
+            assert_eq!(rate.errors, 0, "{} errors", t.name());
+            rate.requests_per_sec * 100.0
+        });
+        println!("| SMISMEMBER 100 ids, -P {p} -c {c}: ids checked/s | {:.0} | {:.0} | {:.2}x |", r[0], r[1], r[0] / r[1]);
+    }
+    let bin = mexistsbin_requests();
+    for (p, c) in [(16, 50), (1, 50)] {
+        let r = alternate(&[&relcache], rounds, |t| blast(t.port(), &bin, c, p, 3.0).requests_per_sec * 100.0);
+        println!("| IDSET.MEXISTSBIN 100 ids, -P {p} -c {c}: ids checked/s | {:.0} | – | – |", r[0]);
+    }
+
+    let big: Vec<u64> = (1..=BIG_SET).map(|i| i * 13).collect();
+    let table = encode(&[b"SET", b"big", &Builder::new().build(&big)]);
+    let dec = decimal(&big);
+    let mut sadd_args: Vec<&[u8]> = vec![b"SADD", b"big"];
+    sadd_args.extend(dec.iter().map(|d| d.as_slice()));
+    let sadd = encode(&sadd_args);
+    let reps = 21;
+    let rel_set = time_one(&relcache, &table, reps);
+    let rel_sadd = time_one(&relcache, &sadd, reps);
+    let red_sadd = time_one(&redis, &sadd, reps);
+    println!("| load one {BIG_SET}-id set, µs (relcache: prebuilt SET; redis: SADD) | {rel_set:.0} | {red_sadd:.0} | {:.1}x faster |", red_sadd / rel_set);
+    println!("| load one {BIG_SET}-id set with SADD of decimal ids, µs | {rel_sadd:.0} | {red_sadd:.0} | {:.1}x faster |", red_sadd / rel_sadd);
+
+    let idle = alternate(&targets, rounds, |t| get_p99_under_load(t, false));
+    let loaded = alternate(&targets, rounds, |t| get_p99_under_load(t, true));
+    println!("| GET p99 idle, µs | {:.0} | {:.0} | |", idle[0], idle[1]);
+    println!("| GET p99 while loading {BIG_SET}-id sets 50/s, µs | {:.0} | {:.0} | |", loaded[0], loaded[1]);
+    println!("| GET p99 loaded / idle | {:.2}x | {:.2}x | |", loaded[0] / idle[0], loaded[1] / idle[1]);
+}

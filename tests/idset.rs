@@ -1,0 +1,345 @@
+//! End-to-end tests of the IDSET family against the real server.
+
+mod harness;
+
+use std::collections::HashSet;
+
+use harness::TestServer;
+use proptest::prelude::*;
+use redis::{Connection, Value as RV};
+use relcache_protocol::idset::{validate, Builder};
+
+fn cmd(con: &mut Connection, args: &[&[u8]]) -> redis::RedisResult<RV> {
+    let mut c = redis::cmd(std::str::from_utf8(args[0]).unwrap());
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    c.query(con)
+}
+
+fn packed(ids: &[u64]) -> Vec<u8> {
+    ids.iter().flat_map(|i| i.to_le_bytes()).collect()
+}
+
+#[test]
+fn set_of_a_prebuilt_table_is_a_usable_set_and_get_returns_it() {
+    let s = TestServer::start();
+    let mut con = s.conn();
+    let ids: Vec<u64> = (1..=2000).map(|i| i * 7).chain([0, u64::MAX]).collect();
+    let table = Builder::new().build(&ids);
+    let () = redis::cmd("SET").arg("u:1").arg(&table).query(&mut con).unwrap();
+    let back: Vec<u8> = redis::cmd("GET").arg("u:1").query(&mut con).unwrap();
+    assert_eq!(back, table, "GET returns the exact bytes");
+    let t: String = redis::cmd("TYPE").arg("u:1").query(&mut con).unwrap();
+    assert_eq!(t, "set");
+    let card: i64 = redis::cmd("IDSET.CARD").arg("u:1").query(&mut con).unwrap();
+    assert_eq!(card, 2002);
+    let yes: i64 = redis::cmd("IDSET.EXISTS").arg("u:1").arg(14).query(&mut con).unwrap();
+    let no: i64 = redis::cmd("IDSET.EXISTS").arg("u:1").arg(15).query(&mut con).unwrap();
+    assert_eq!((yes, no), (1, 0));
+    let max: i64 = redis::cmd("SISMEMBER").arg("u:1").arg(u64::MAX.to_string()).query(&mut con).unwrap_or(-1);
+    // SISMEMBER comes from the set family; if registered it must agree.
+    if max != -1 {
+        assert_eq!(max, 1);
+    }
+}
+
+#[test]
+fn hostile_tables_are_refused_and_touch_nothing() {
+    let s = TestServer::start();
+    let mut con = s.conn();
+    let () = redis::cmd("SET").arg("other").arg("keep me").query(&mut con).unwrap();
+    let good = Builder::new().build(&[1, 2, 3, 4, 5]);
+    let mut cases: Vec<(Vec<u8>, &str)> = Vec::new();
+    cases.push((good[..good.len() - 1].to_vec(), "length"));
+    let mut lying = good.clone();
+    lying[20] = 9; // count field
+    cases.push((lying, "count"));
+    let mut bad_version = good.clone();
+    bad_version[6] = 7;
+    cases.push((bad_version, "version"));
+    let mut moved = good.clone();
+    // Swap an id into the wrong slot: it becomes unreachable or duplicated.
+    let first = (0..5).map(|i| 32 + 8 * i).find(|&o| good[o..o + 8] != [0; 8]).unwrap();
+    let empty = (0..5).map(|i| 32 + 8 * i).find(|&o| good[o..o + 8] == [0; 8]).unwrap();
+    moved.copy_within(first..first + 8, empty);
+    moved[first..first + 8].copy_from_slice(&[0; 8]);
+    cases.push((moved, "reach"));
+    for (bytes, what) in &cases {
+        assert!(validate(bytes).is_err(), "case {what} must be invalid");
+        for c in ["SET", "IDSET.LOAD"] {
+            let r: redis::RedisResult<RV> = if c == "SET" {
+                redis::cmd("SET").arg("victim").arg(bytes).query(&mut con)
+            } else {
+                redis::cmd("IDSET.LOAD").arg("victim").arg("TABLE").arg(bytes).query(&mut con)
+            };
+            let err = r.expect_err(what).to_string();
+            assert!(err.contains("invalid idset table"), "{c} {what}: {err}");
+        }
+    }
+    let exists: i64 = redis::cmd("EXISTS").arg("victim").query(&mut con).unwrap();
+    assert_eq!(exists, 0);
+    let other: String = redis::cmd("GET").arg("other").query(&mut con).unwrap();
+    assert_eq!(other, "keep me");
+}
+
+#[test]
+fn load_forms_expiry_and_missing_keys() {
+    let s = TestServer::start();
+    let mut con = s.conn();
+    let n: i64 = redis::cmd("IDSET.LOAD").arg("a").arg("IDS").arg(&[5, 6, 7, 7]).query(&mut con).unwrap();
+    assert_eq!(n, 3);
+    let n: i64 = redis::cmd("IDSET.LOAD").arg("b").arg("PACKED").arg(packed(&[1, 2, 0])).query(&mut con).unwrap();
+    assert_eq!(n, 3);
+    let n: i64 = redis::cmd("IDSET.LOAD").arg("c").arg("PX").arg(100_000).arg("RESERVE").arg(100).arg("TABLE")
+        .arg(Builder::new().build(&[9])).query(&mut con).unwrap();
+    assert_eq!(n, 1);
+    let pttl: i64 = redis::cmd("PTTL").arg("c").query(&mut con).unwrap_or(-99);
+    if pttl != -99 {
+        assert!(pttl > 90_000 && pttl <= 100_000, "pttl {pttl}");
+    }
+    let room: RV = redis::cmd("IDSET.INFO").arg("c").query(&mut con).unwrap();
+    let text = format!("{room:?}");
+    assert!(text.contains("room_in_place"), "{text}");
+    // Errors.
+    let e = cmd(&mut con, &[b"IDSET.LOAD", b"x", b"PACKED", b"123"]).unwrap_err().to_string();
+    assert!(e.contains("multiple of 8"), "{e}");
+    let e = cmd(&mut con, &[b"IDSET.LOAD", b"x", b"IDS", b"1", b"-2"]).unwrap_err().to_string();
+    assert!(e.contains("'-2' is not a valid id"), "{e}");
+    let e = cmd(&mut con, &[b"IDSET.LOAD", b"x", b"EX", b"0", b"IDS", b"1"]).unwrap_err().to_string();
+    assert!(e.contains("invalid expire time"), "{e}");
+    let e = cmd(&mut con, &[b"IDSET.LOAD", b"x", b"BOGUS", b"1"]).unwrap_err().to_string();
+    assert!(e.contains("syntax error"), "{e}");
+    // A missing key is nil for every read, never "no".
+    for c in [&["IDSET.EXISTS", "nope", "1"][..], &["IDSET.CARD", "nope"], &["IDSET.MEXISTS", "nope", "1", "2"], &["IDSET.MEMBERS", "nope"], &["IDSET.INFO", "nope"], &["IDSET.REM", "nope", "1"]] {
+        let args: Vec<&[u8]> = c.iter().map(|s| s.as_bytes()).collect();
+        let r = cmd(&mut con, &args).unwrap();
+        assert_eq!(r, RV::Nil, "{c:?}");
+    }
+    // An empty set is an answer, not a miss.
+    let n: i64 = redis::cmd("IDSET.LOAD").arg("empty").arg("PACKED").arg(b"").query(&mut con).unwrap();
+    assert_eq!(n, 0);
+    let r: i64 = redis::cmd("IDSET.EXISTS").arg("empty").arg(1).query(&mut con).unwrap();
+    assert_eq!(r, 0);
+    // Wrong type both ways.
+    let () = redis::cmd("SET").arg("str").arg("x").query(&mut con).unwrap();
+    let e = cmd(&mut con, &[b"IDSET.CARD", b"str"]).unwrap_err().to_string();
+    assert!(e.starts_with("WRONGTYPE"), "{e}");
+    let e = cmd(&mut con, &[b"APPEND", b"a", b"x"]).unwrap_err().to_string();
+    assert!(e.starts_with("WRONGTYPE"), "{e}");
+}
+
+#[test]
+fn batch_membership_decimal_and_binary() {
+    let s = TestServer::start();
+    let mut con = s.conn();
+    let members: Vec<u64> = (0..1000).map(|i| i * 3).collect();
+    let () = redis::cmd("SET").arg("f").arg(Builder::new().build(&members)).query(&mut con).unwrap();
+    let probes: Vec<u64> = (0..100).collect();
+    let r: Vec<i64> = redis::cmd("IDSET.MEXISTS").arg("f").arg(&probes).query(&mut con).unwrap();
+    let want: Vec<i64> = probes.iter().map(|p| (p % 3 == 0) as i64).collect();
+    assert_eq!(r, want);
+    let bitmap: Vec<u8> = redis::cmd("IDSET.MEXISTSBIN").arg("f").arg(packed(&probes)).query(&mut con).unwrap();
+    assert_eq!(bitmap.len(), 13);
+    for (i, p) in probes.iter().enumerate() {
+        assert_eq!(bitmap[i / 8] >> (i % 8) & 1 == 1, p % 3 == 0, "probe {p}");
+    }
+    let nil: RV = redis::cmd("IDSET.MEXISTSBIN").arg("missing").arg(packed(&[1])).query(&mut con).unwrap();
+    assert_eq!(nil, RV::Nil);
+    let e = cmd(&mut con, &[b"IDSET.MEXISTSBIN", b"f", b"abc"]).unwrap_err().to_string();
+    assert!(e.contains("multiple of 8"), "{e}");
+}
+
+#[test]
+fn add_rem_in_place_with_xx_and_growth() {
+    let s = TestServer::start();
+    let mut con = s.conn();
+    let r: RV = redis::cmd("IDSET.ADD").arg("w").arg("XX").arg(1).query(&mut con).unwrap();
+    assert_eq!(r, RV::Nil, "XX never creates a partial set");
+    assert_eq!(redis::cmd("EXISTS").arg("w").query::<i64>(&mut con).unwrap(), 0);
+    let n: i64 = redis::cmd("IDSET.LOAD").arg("w").arg("IDS").arg(1).query(&mut con).unwrap();
+    assert_eq!(n, 1);
+    let mut model: HashSet<u64> = [1].into();
+    // Grow from 1 id to 5,000 through many rebuilds.
+    for chunk in (2..5000u64).collect::<Vec<_>>().chunks(97) {
+        let added: i64 = redis::cmd("IDSET.ADD").arg("w").arg("XX").arg(chunk).query(&mut con).unwrap();
+        let want = chunk.iter().filter(|i| model.insert(**i)).count() as i64;
+        assert_eq!(added, want);
+    }
+    let removed: i64 = redis::cmd("IDSET.REM").arg("w").arg(&[1, 2, 3, 999_999]).query(&mut con).unwrap();
+    assert_eq!(removed, 3);
+    for i in [1, 2, 3] {
+        model.remove(&i);
+    }
+    let card: i64 = redis::cmd("IDSET.CARD").arg("w").query(&mut con).unwrap();
+    assert_eq!(card as usize, model.len());
+    let table: Vec<u8> = redis::cmd("GET").arg("w").query(&mut con).unwrap();
+    let t = validate(&table).expect("the stored table stays valid");
+    assert_eq!(t.iter().collect::<HashSet<_>>(), model);
+    // Removing everything keeps an empty set.
+    let all: Vec<u64> = model.iter().copied().collect();
+    let _: i64 = redis::cmd("IDSET.REM").arg("w").arg(&all).query(&mut con).unwrap();
+    assert_eq!(redis::cmd("IDSET.CARD").arg("w").query::<i64>(&mut con).unwrap(), 0);
+}
+
+#[test]
+fn members_scan_which_and_info() {
+    let s = TestServer::start();
+    let mut con = s.conn();
+    let ids: Vec<u64> = (1..=500).chain([0, u64::MAX]).collect();
+    let _: i64 = redis::cmd("IDSET.LOAD").arg("m").arg("PACKED").arg(packed(&ids)).query(&mut con).unwrap();
+    let mut members: Vec<String> = redis::cmd("IDSET.MEMBERS").arg("m").query(&mut con).unwrap();
+    members.sort();
+    let mut want: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+    want.sort();
+    assert_eq!(members, want);
+    let p: Vec<u8> = redis::cmd("IDSET.MEMBERS").arg("m").arg("PACKED").query(&mut con).unwrap();
+    let mut got: Vec<u64> = p.chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
+    got.sort();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(got, sorted);
+    // SCAN: every id exactly once.
+    let mut cursor = "0".to_string();
+    let mut seen = Vec::new();
+    loop {
+        let (next, page): (String, Vec<String>) =
+            redis::cmd("IDSET.SCAN").arg("m").arg(&cursor).arg("COUNT").arg(50).query(&mut con).unwrap();
+        seen.extend(page);
+        if next == "0" {
+            break;
+        }
+        cursor = next;
+    }
+    seen.sort();
+    assert_eq!(seen, want);
+    // WHICH: per key 1 / 0 / nil.
+    let _: i64 = redis::cmd("IDSET.LOAD").arg("n").arg("IDS").arg(7).query(&mut con).unwrap();
+    let r: Vec<Option<i64>> = redis::cmd("IDSET.WHICH").arg(7).arg("m").arg("n").arg("missing").arg("m").query(&mut con).unwrap();
+    assert_eq!(r, vec![Some(1), Some(1), None, Some(1)]);
+    let r: Vec<Option<i64>> = redis::cmd("IDSET.WHICH").arg(600).arg("m").arg("n").query(&mut con).unwrap();
+    assert_eq!(r, vec![Some(0), Some(0)]);
+    let keys: Vec<String> = redis::cmd("COMMAND").arg("GETKEYS").arg("IDSET.WHICH").arg(7).arg("a").arg("b").query(&mut con).unwrap_or_default();
+    if !keys.is_empty() {
+        assert_eq!(keys, vec!["a", "b"]);
+    }
+    let info: std::collections::HashMap<String, redis::Value> = redis::cmd("IDSET.INFO").arg("m").query(&mut con).unwrap();
+    assert_eq!(info["ids"], RV::Int(502));
+    let bytes = match &info["bytes"] { RV::Int(b) => *b, v => panic!("{v:?}") };
+    let cap = match &info["capacity"] { RV::Int(b) => *b, v => panic!("{v:?}") };
+    assert_eq!(bytes, 32 + 8 * cap);
+}
+
+#[test]
+fn resp3_shapes() {
+    use std::io::{Read, Write};
+    let s = TestServer::start();
+    let mut raw = s.raw();
+    raw.write_all(b"HELLO 3\r\n").unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = raw.read(&mut buf).unwrap();
+    assert!(buf[..n].starts_with(b"%"), "HELLO 3 replies a map");
+    raw.write_all(b"IDSET.CARD nope\r\nIDSET.LOAD k IDS 1 2\r\nIDSET.INFO k\r\n").unwrap();
+    let mut got = Vec::new();
+    // The INFO map ends with the seed field; read until its value is complete.
+    let complete = |g: &[u8]| {
+        let t = String::from_utf8_lossy(g);
+        t.split_once("+seed\r\n:").is_some_and(|(_, rest)| rest.contains("\r\n"))
+    };
+    while !complete(&got) {
+        let n = raw.read(&mut buf).unwrap();
+        assert!(n > 0, "connection closed early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("_\r\n:2\r\n%9\r\n"), "{text}");
+    assert!(text.contains("+load_factor\r\n,"), "doubles are RESP3 doubles: {text}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// Any sequence of loads, adds, removes and checks through the real server gives
+    /// the answers of a HashSet model.
+    #[test]
+    fn server_matches_a_hashset_model(ops in proptest::collection::vec(op(), 1..60)) {
+        let s = TestServer::start();
+        let mut con = s.conn();
+        let key = format!("model:{}", rand::random::<u64>());
+        let mut model: Option<HashSet<u64>> = None;
+        for op in ops {
+            match op {
+                Op::Load(ids) => {
+                    let n: i64 = redis::cmd("IDSET.LOAD").arg(&key).arg("TABLE").arg(Builder::new().build(&ids)).query(&mut con).unwrap();
+                    let m: HashSet<u64> = ids.into_iter().collect();
+                    prop_assert_eq!(n as usize, m.len());
+                    model = Some(m);
+                }
+                Op::Add(ids) => {
+                    let r: Option<i64> = redis::cmd("IDSET.ADD").arg(&key).arg("XX").arg(&ids).query(&mut con).unwrap();
+                    match &mut model {
+                        None => prop_assert_eq!(r, None),
+                        Some(m) => prop_assert_eq!(r, Some(ids.iter().filter(|i| m.insert(**i)).count() as i64)),
+                    }
+                }
+                Op::Rem(ids) => {
+                    let r: Option<i64> = redis::cmd("IDSET.REM").arg(&key).arg(&ids).query(&mut con).unwrap();
+                    match &mut model {
+                        None => prop_assert_eq!(r, None),
+                        Some(m) => prop_assert_eq!(r, Some(ids.iter().filter(|i| m.remove(i)).count() as i64)),
+                    }
+                }
+                Op::Check(ids) => {
+                    let r: Option<Vec<i64>> = redis::cmd("IDSET.MEXISTS").arg(&key).arg(&ids).query(&mut con).unwrap();
+                    let want = model.as_ref().map(|m| ids.iter().map(|i| m.contains(i) as i64).collect::<Vec<_>>());
+                    prop_assert_eq!(r, want);
+                    let bitmap: Option<Vec<u8>> = redis::cmd("IDSET.MEXISTSBIN").arg(&key).arg(packed(&ids)).query(&mut con).unwrap();
+                    if let (Some(b), Some(m)) = (bitmap, &model) {
+                        for (i, id) in ids.iter().enumerate() {
+                            prop_assert_eq!(b[i / 8] >> (i % 8) & 1 == 1, m.contains(id));
+                        }
+                    }
+                }
+                Op::Members => {
+                    let r: Option<Vec<String>> = redis::cmd("IDSET.MEMBERS").arg(&key).query(&mut con).unwrap();
+                    let got = r.map(|v| v.into_iter().map(|s| s.parse::<u64>().unwrap()).collect::<HashSet<_>>());
+                    prop_assert_eq!(got, model.clone());
+                    if let Some(m) = &model {
+                        let table: Vec<u8> = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
+                        let t = validate(&table).unwrap();
+                        // The client-side reader agrees with the server on every id.
+                        prop_assert!(m.iter().all(|&id| t.contains(id)));
+                        prop_assert_eq!(t.len() as usize, m.len());
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Load(Vec<u64>),
+    Add(Vec<u64>),
+    Rem(Vec<u64>),
+    Check(Vec<u64>),
+    Members,
+}
+
+fn id() -> impl Strategy<Value = u64> {
+    prop_oneof![0u64..200, Just(0u64), Just(u64::MAX), Just(u64::MAX - 1), any::<u64>()]
+}
+
+fn ids() -> impl Strategy<Value = Vec<u64>> {
+    proptest::collection::vec(id(), 0..300)
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        1 => ids().prop_map(Op::Load),
+        3 => proptest::collection::vec(id(), 1..300).prop_map(Op::Add),
+        2 => proptest::collection::vec(id(), 1..100).prop_map(Op::Rem),
+        3 => proptest::collection::vec(id(), 1..100).prop_map(Op::Check),
+        1 => Just(Op::Members),
+    ]
+}
