@@ -279,16 +279,9 @@ fn add(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         return Err(CmdError::WrongArity(ctx.spec.name.into()));
     }
     let ids = parse_ids(&args[first..])?;
-    let v = ctx.view();
-    match v.get_mut(&args[1]) {
-        Some(e) => Ok(Frame::Integer(e.value_mut().as_idset_mut()?.insert_many(&ids) as i64)),
-        None if xx => Ok(Frame::Null),
-        None => {
-            let set = IdSet::build(&ids);
-            let n = set.len();
-            v.insert(&args[1], Value::IdSet(set), 0);
-            Ok(Frame::Integer(n as i64))
-        }
+    match super::sets::add_ids(ctx, &args[1], &ids, xx)? {
+        Some(added) => Ok(Frame::Integer(added as i64)),
+        None => Ok(Frame::Null),
     }
 }
 
