@@ -112,6 +112,19 @@ impl<'a> View<'a> {
         self.shard(key).get(key, self.now_ms)
     }
 
+    /// Like [`get`](Self::get) (counts a keyspace hit or miss) but leaves the key's
+    /// recency alone: Redis's `LOOKUP_NOTOUCH` (EXISTS, TYPE, TTL, OBJECT).
+    pub fn get_notouch(&self, key: &[u8]) -> Option<&Entry> {
+        let e = self.shard(key).get(key, self.now_ms);
+        let counter = if e.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.set(counter.get() + 1);
+        e
+    }
+
     /// Whether `key` exists (and has not expired).
     pub fn contains(&self, key: &[u8]) -> bool {
         self.peek(key).is_some()
