@@ -181,6 +181,9 @@ impl<'a, 'v> Ctx<'a, 'v> {
 /// Runs one request and appends its reply to `out`.
 pub fn dispatch(server: &Server, session: &mut Session, args: &[Bytes], out: &mut bytes::BytesMut) {
     let reply = execute(server, session, args);
+    if std::mem::take(&mut session.no_reply) {
+        return;
+    }
     if reply.is_error() {
         server.stats.total_error_replies.incr();
     }
@@ -227,7 +230,9 @@ fn resolve(reg: &Registry, args: &[Bytes]) -> Result<(usize, &'static CommandSpe
     let Some((mut id, mut spec)) = reg.get(&args[0]) else {
         return Err(unknown_command(args));
     };
-    if !spec.subcommands.is_empty() {
+    // A container called bare runs its own handler when its arity allows that
+    // (COMMAND); otherwise (CLIENT …) it is an arity error, as in Redis.
+    if !spec.subcommands.is_empty() && (args.len() >= 2 || !spec.arity_ok(1)) {
         if args.len() < 2 {
             return Err(CmdError::WrongArity(spec.name.to_string()));
         }
