@@ -65,7 +65,10 @@ impl TestServer {
             Ok(p) => p,
             Err(_) => {
                 let _ = child.kill();
-                panic!("relcache-server did not report its port; log:\n{}", log.lock().unwrap());
+                panic!(
+                    "relcache-server did not report its port; log:\n{}",
+                    log.lock().unwrap()
+                );
             }
         };
         let server = TestServer { child, port, log };
@@ -130,7 +133,11 @@ impl TestServer {
     /// `redis-cli` stdout, trimmed, asserting it exited 0.
     pub fn cli_out(&self, args: &[&str]) -> String {
         let out = self.cli(args);
-        assert!(out.status.success(), "redis-cli {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "redis-cli {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).trim_end().to_string()
     }
 
@@ -153,7 +160,10 @@ impl TestServer {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
             }
-            assert!(Instant::now() < deadline, "server did not exit after SIGTERM");
+            assert!(
+                Instant::now() < deadline,
+                "server did not exit after SIGTERM"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -197,4 +207,105 @@ pub fn tool(name: &str) -> PathBuf {
         }
     }
     panic!("{name} is not installed: run ./scripts/test.sh (it installs redis-tools) or apt-get install redis-tools");
+}
+
+// ---- Helpers for tool and byte-level tests (tests/tools.rs, tests/limits.rs). ----
+
+impl TestServer {
+    /// Runs `redis-cli -p <port> <args>` with `input` on its stdin (fed from a thread,
+    /// so a large input cannot deadlock against the tool's output).
+    pub fn cli_stdin(&self, args: &[&str], input: Vec<u8>) -> Output {
+        let mut child = Command::new(tool("redis-cli"))
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run redis-cli");
+        let mut stdin = child.stdin.take().unwrap();
+        let feeder = std::thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
+        let out = child.wait_with_output().expect("wait for redis-cli");
+        feeder.join().unwrap();
+        out
+    }
+}
+
+/// How a read loop over a socket ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadEnd {
+    /// The peer closed the connection (read returned 0).
+    Eof,
+    /// The peer reset the connection (it closed with our requests unread).
+    Reset,
+    /// Nothing arrived within the socket's read timeout: the connection is open.
+    Timeout,
+}
+
+/// Reads everything `s` delivers until EOF, a reset or the read timeout.
+pub fn read_to_end(s: &mut TcpStream) -> (Vec<u8>, ReadEnd) {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return (out, ReadEnd::Eof),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return (out, ReadEnd::Timeout)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return (out, ReadEnd::Reset),
+        }
+    }
+}
+
+/// Reads exactly `n` bytes (panics on EOF or timeout, showing what did arrive).
+pub fn read_n(s: &mut TcpStream, n: usize) -> Vec<u8> {
+    let mut out = vec![0u8; n];
+    let mut got = 0;
+    while got < n {
+        match s.read(&mut out[got..]) {
+            Ok(0) => panic!(
+                "EOF after {got} of {n} bytes: {:?}",
+                String::from_utf8_lossy(&out[..got])
+            ),
+            Ok(k) => got += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => panic!(
+                "{e} after {got} of {n} bytes: {:?}",
+                String::from_utf8_lossy(&out[..got])
+            ),
+        }
+    }
+    out
+}
+
+/// Sends `req` and reads exactly as many bytes as `expected` has, asserting they match.
+pub fn roundtrip(s: &mut TcpStream, req: &[u8], expected: &[u8]) {
+    s.write_all(req).unwrap();
+    let got = read_n(s, expected.len());
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(expected),
+        "reply to {:?}",
+        String::from_utf8_lossy(req)
+    );
+}
+
+/// Encodes one request as a RESP array of bulk strings.
+pub fn resp_cmd(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
 }

@@ -1,5 +1,1084 @@
-//! (Being written.)
+//! The Redis set family (SADD, SISMEMBER, SINTER …), over idset tables.
+//!
+//! Every set is stored as one idset table ([`IdSet`]), the same value IDSET.LOAD
+//! and a client's SET of a prebuilt table produce, so the two families share keys:
+//! a set filled with SADD answers IDSET.MEXISTS, and a table written with SET
+//! answers SMISMEMBER. Replies follow Redis 7.2: members are bulk strings of decimal
+//! text, a missing key reads as an empty set, SREM/SPOP/SMOVE delete a key they
+//! empty, and a `*STORE` with an empty result deletes its destination.
+//!
+//! What differs from Redis, on purpose: members must be canonical decimal `u64`s
+//! (see [`super::ids`]); any other member is refused with an error, by every command
+//! and before anything changes — never converted or silently answered "no".
+//!
+//! Locking: arguments are parsed before the shard lock is taken, and the expensive
+//! part of an add — building or growing a table — runs outside it where it can
+//! (see [`add_ids`], which the IDSET family shares). The multi-key commands run
+//! entirely under their keys' locks, so they stay atomic, as in Redis.
 
-use super::spec::CommandSpec;
+use bytes::{Bytes, BytesMut};
+use rand::seq::SliceRandom;
+use rand::Rng;
+use relcache_protocol::idset::{self, TableRef};
+use relcache_protocol::resp::Frame;
 
-pub(super) const COMMANDS: &[CommandSpec] = &[];
+use super::ids::{id_frame, parse_id, parse_ids};
+use super::spec::{self, CommandSpec, Group, Keys};
+use super::{eq_ic, parse_i64, parse_i64_opt, Ctx};
+use crate::db::{IdSet, Value, View};
+use crate::error::{CmdError, CmdResult};
+
+/// An add of more ids than this that may create its key builds the new table
+/// before taking the lock (see [`add_ids`]).
+const SPECULATIVE_BUILD_MIN: usize = 64;
+/// Membership commands parse up to this many ids into a stack buffer.
+const STACK_IDS: usize = 128;
+/// SSCAN reads at most this many slots per member asked for (COUNT), so a sparse
+/// table cannot turn one call into a full scan (Redis bounds empty buckets alike).
+const SCAN_SLOTS_PER_COUNT: u64 = 10;
+/// The most members SRANDMEMBER with a negative count replies with. Redis streams
+/// any number; relcache builds a reply in memory, so it refuses absurd counts.
+const MAX_RANDOM_REPLY: u64 = 1 << 20;
+/// SUNION deduplicates by probing the earlier sets up to this many sets; past it,
+/// by sorting.
+const UNION_PROBE_MAX_SETS: usize = 8;
+/// Random slots tried before picking a random member by rank instead.
+const RANDOM_SLOT_TRIES: u32 = 64;
+
+const SET_READ_FAST: u32 = spec::READONLY | spec::FAST;
+
+pub(super) const COMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        name: "sadd",
+        arity: -3,
+        flags: spec::WRITE | spec::DENYOOM | spec::FAST,
+        keys: Keys::ONE,
+        group: Group::Set,
+        summary: "Adds one or more members to a set. Creates the key if it doesn't exist.",
+        complexity: "O(1) for each element added, so O(N) to add N elements when the command is called with multiple arguments.",
+        handler: sadd,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "srem",
+        arity: -3,
+        flags: spec::WRITE | spec::FAST,
+        keys: Keys::ONE,
+        group: Group::Set,
+        summary: "Removes one or more members from a set. Deletes the set if the last member was removed.",
+        complexity: "O(N) where N is the number of members to be removed.",
+        handler: srem,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "sismember",
+        arity: 3,
+        flags: SET_READ_FAST,
+        keys: Keys::ONE,
+        group: Group::Set,
+        summary: "Determines whether a member belongs to a set.",
+        handler: sismember,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "smismember",
+        arity: -3,
+        flags: SET_READ_FAST,
+        keys: Keys::ONE,
+        group: Group::Set,
+        since: "6.2.0",
+        summary: "Determines whether multiple members belong to a set.",
+        complexity: "O(N) where N is the number of elements being checked for membership",
+        handler: smismember,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "scard",
+        arity: 2,
+        flags: SET_READ_FAST,
+        keys: Keys::ONE,
+        group: Group::Set,
+        summary: "Returns the number of members in a set.",
+        handler: scard,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "smembers",
+        arity: 2,
+        flags: spec::READONLY,
+        keys: Keys::ONE,
+        group: Group::Set,
+        summary: "Returns all members of a set.",
+        complexity: "O(N) where N is the set cardinality.",
+        handler: smembers,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "sscan",
+        arity: -3,
+        flags: spec::READONLY,
+        keys: Keys::ONE,
+        group: Group::Set,
+        since: "2.8.0",
+        summary: "Iterates over members of a set.",
+        complexity: "O(1) for every call. O(N) for a complete iteration, including enough command calls for the cursor to return back to 0. N is the number of elements inside the collection.",
+        handler: sscan,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "sinter",
+        arity: -2,
+        flags: spec::READONLY,
+        keys: Keys::ALL_ARGS,
+        group: Group::Set,
+        summary: "Returns the intersect of multiple sets.",
+        complexity: "O(N*M) worst case where N is the cardinality of the smallest set and M is the number of sets.",
+        handler: sinter,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "sintercard",
+        arity: -3,
+        flags: spec::READONLY | spec::MOVABLE_KEYS,
+        keys: Keys::NumKeys { at: 1 },
+        group: Group::Set,
+        since: "7.0.0",
+        summary: "Returns the number of members of the intersect of multiple sets.",
+        complexity: "O(N*M) worst case where N is the cardinality of the smallest set and M is the number of sets.",
+        handler: sintercard,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "sinterstore",
+        arity: -3,
+        flags: spec::WRITE | spec::DENYOOM,
+        keys: Keys::ALL_ARGS,
+        group: Group::Set,
+        summary: "Stores the intersect of multiple sets in a key.",
+        complexity: "O(N*M) worst case where N is the cardinality of the smallest set and M is the number of sets.",
+        handler: sinterstore,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "sunion",
+        arity: -2,
+        flags: spec::READONLY,
+        keys: Keys::ALL_ARGS,
+        group: Group::Set,
+        summary: "Returns the union of multiple sets.",
+        complexity: "O(N) where N is the total number of elements in all given sets.",
+        handler: sunion,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "sunionstore",
+        arity: -3,
+        flags: spec::WRITE | spec::DENYOOM,
+        keys: Keys::ALL_ARGS,
+        group: Group::Set,
+        summary: "Stores the union of multiple sets in a key.",
+        complexity: "O(N) where N is the total number of elements in all given sets.",
+        handler: sunionstore,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "sdiff",
+        arity: -2,
+        flags: spec::READONLY,
+        keys: Keys::ALL_ARGS,
+        group: Group::Set,
+        summary: "Returns the difference of multiple sets.",
+        complexity: "O(N) where N is the total number of elements in all given sets.",
+        handler: sdiff,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "sdiffstore",
+        arity: -3,
+        flags: spec::WRITE | spec::DENYOOM,
+        keys: Keys::ALL_ARGS,
+        group: Group::Set,
+        summary: "Stores the difference of multiple sets in a key.",
+        complexity: "O(N) where N is the total number of elements in all given sets.",
+        handler: sdiffstore,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "srandmember",
+        arity: -2,
+        flags: spec::READONLY,
+        keys: Keys::ONE,
+        group: Group::Set,
+        summary: "Get one or multiple random members from a set",
+        complexity: "Without the count argument O(1), otherwise O(N) where N is the absolute value of the passed count.",
+        handler: srandmember,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "spop",
+        arity: -2,
+        flags: spec::WRITE | spec::FAST,
+        keys: Keys::ONE,
+        group: Group::Set,
+        summary: "Returns one or more random members from a set after removing them. Deletes the set if the last member was popped.",
+        complexity: "Without the count argument O(1), otherwise O(N) where N is the value of the passed count.",
+        handler: spop,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "smove",
+        arity: 4,
+        flags: spec::WRITE | spec::FAST,
+        keys: Keys::TWO,
+        group: Group::Set,
+        summary: "Moves a member from one set to another.",
+        handler: smove,
+        ..CommandSpec::DEFAULT
+    },
+];
+
+// ---- Adding: the one place that grows tables, shared with the IDSET family. ----
+
+/// Adds `ids` to the set at `key`, creating the key unless `only_if_present`.
+/// Returns how many ids were new, or `None` when the key is absent and
+/// `only_if_present` (nothing is created). Call it after parsing every argument and
+/// before taking the view: it takes the view itself, and may release and retake it.
+///
+/// The expensive parts run without the shard lock where they can:
+/// - a batch of more than [`SPECULATIVE_BUILD_MIN`] ids that may create the key is
+///   built into a table before locking (wasted if the key turns out to exist, which
+///   is rare for big batches: they are cache fills);
+/// - when the new ids may not fit in the table in place, the table is rebuilt larger
+///   from a snapshot with the lock released, then swapped in if the key still holds
+///   that very table; if someone changed it meanwhile, the insert grows the current
+///   table under the lock instead, as it would have anyway.
+///
+/// Inside EXEC the transaction's locks cannot be released and everything happens
+/// under them. A call that adds nothing does not touch the key, so a WATCH of it
+/// does not fire (as in Redis, where SADD of existing members modifies nothing).
+///
+/// # Errors
+///
+/// `WRONGTYPE` if the key holds a string.
+pub(super) fn add_ids(
+    ctx: &mut Ctx<'_, '_>,
+    key: &[u8],
+    ids: &[u64],
+    only_if_present: bool,
+) -> Result<Option<u64>, CmdError> {
+    let mut fresh =
+        (!only_if_present && ids.len() > SPECULATIVE_BUILD_MIN).then(|| IdSet::build(ids));
+    let may_release = !ctx.in_exec();
+    let v = ctx.view();
+    let grow = match v.peek(key) {
+        None if only_if_present => return Ok(None),
+        None => return Ok(Some(create(v, key, ids, fresh.take()))),
+        Some(e) => {
+            let set = e.value().as_idset()?;
+            let Some(first_new) = ids.iter().position(|&id| !set.contains(id)) else {
+                return Ok(Some(0));
+            };
+            let new = &ids[first_new..];
+            // `may_need_rebuild` assumes every id is new: count the ones that really
+            // are before deciding, so re-adding members never grows a table.
+            if may_release && set.may_need_rebuild(new.len()) {
+                let incoming = new.iter().filter(|&&id| !set.contains(id)).count();
+                set.may_need_rebuild(incoming)
+                    .then(|| (set.clone(), incoming))
+            } else {
+                None
+            }
+        }
+    };
+    drop(fresh);
+    let Some((snapshot, incoming)) = grow else {
+        return insert_into(v, key, ids, only_if_present);
+    };
+    ctx.release_view();
+    let bigger = snapshot.plan_rebuild(incoming);
+    let v = ctx.view();
+    if let Some(e) = v.get_mut(key) {
+        if let Value::IdSet(set) = e.value_mut() {
+            // Holding `snapshot` pins the old buffer, so any change to the key since
+            // went to a copy and shows as a different buffer here.
+            if set.is_same(snapshot.bytes()) {
+                set.replace(bigger);
+            }
+        }
+    }
+    insert_into(v, key, ids, only_if_present)
+}
+
+/// Adds `ids` under the lock: into the set at `key`, or a new set.
+fn insert_into(
+    v: &mut View<'_>,
+    key: &[u8],
+    ids: &[u64],
+    only_if_present: bool,
+) -> Result<Option<u64>, CmdError> {
+    match v.get_mut(key) {
+        Some(e) => Ok(Some(e.value_mut().as_idset_mut()?.insert_many(ids))),
+        None if only_if_present => Ok(None),
+        None => Ok(Some(create(v, key, ids, None))),
+    }
+}
+
+/// Stores a new set of `ids` (or the table already built from them) at `key`.
+fn create(v: &mut View<'_>, key: &[u8], ids: &[u64], built: Option<IdSet>) -> u64 {
+    let set = built.unwrap_or_else(|| IdSet::build(ids));
+    let n = set.len();
+    v.insert(key, Value::IdSet(set), 0);
+    n
+}
+
+/// Removes `ids` from the set at `key`, deleting the key when it becomes empty, as
+/// Redis does. Returns how many were members.
+fn remove_ids(v: &mut View<'_>, key: &[u8], ids: &[u64]) -> u64 {
+    let Some(e) = v.get_mut(key) else { return 0 };
+    let Value::IdSet(set) = e.value_mut() else {
+        return 0;
+    };
+    let removed = set.remove_many(ids);
+    if set.is_empty() {
+        v.remove(key);
+    }
+    removed
+}
+
+// ---- Single-key commands. ----
+
+fn sadd(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let ids = parse_ids(&args[2..])?;
+    let added = add_ids(ctx, &args[1], &ids, false)?.unwrap_or(0);
+    Ok(Frame::Integer(added as i64))
+}
+
+fn srem(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let ids = parse_ids(&args[2..])?;
+    let key = &args[1];
+    let v = ctx.view();
+    let Some(e) = v.peek(key) else {
+        return Ok(Frame::Integer(0));
+    };
+    let set = e.value().as_idset()?;
+    // Removing no member changes nothing: leave the key (and its WATCHers) alone.
+    if !ids.iter().any(|&id| set.contains(id)) {
+        return Ok(Frame::Integer(0));
+    }
+    Ok(Frame::Integer(remove_ids(v, key, &ids) as i64))
+}
+
+fn sismember(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let id = parse_id(&args[2])?;
+    let found = match ctx.view().get(&args[1]) {
+        None => false,
+        Some(e) => e.value().as_idset()?.contains(id),
+    };
+    Ok(Frame::Integer(i64::from(found)))
+}
+
+/// The relation service's hot path ("which of these 100 do I follow?"): the ids are
+/// parsed onto the stack before locking, and the reply is the only allocation.
+fn smismember(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let members = &args[2..];
+    let mut stack = [0u64; STACK_IDS];
+    let heap;
+    let ids: &[u64] = if members.len() <= STACK_IDS {
+        for (slot, arg) in stack.iter_mut().zip(members) {
+            *slot = parse_id(arg)?;
+        }
+        &stack[..members.len()]
+    } else {
+        heap = parse_ids(members)?;
+        &heap
+    };
+    let mut out = Vec::with_capacity(ids.len());
+    let v = ctx.view();
+    match v.get(&args[1]) {
+        None => out.resize(ids.len(), Frame::Integer(0)),
+        Some(e) => {
+            let table = e.value().as_idset()?.table();
+            out.extend(
+                ids.iter()
+                    .map(|&id| Frame::Integer(i64::from(table.contains(id)))),
+            );
+        }
+    }
+    Ok(Frame::Array(out))
+}
+
+fn scard(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let n = match ctx.view().get(&args[1]) {
+        None => 0,
+        Some(e) => e.value().as_idset()?.len(),
+    };
+    Ok(Frame::Integer(n as i64))
+}
+
+fn smembers(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let v = ctx.view();
+    let Some(e) = v.get(&args[1]) else {
+        return Ok(Frame::Set(Vec::new()));
+    };
+    let table = e.value().as_idset()?.table();
+    Ok(Frame::Set(member_frames(
+        table.iter(),
+        table.len() as usize,
+    )))
+}
+
+/// Bulk frames of the decimal text of `ids`, all slices of one buffer: a reply of
+/// thousands of members costs three allocations, not one per member.
+fn member_frames(ids: impl Iterator<Item = u64>, len_hint: usize) -> Vec<Frame> {
+    let mut text = BytesMut::with_capacity(len_hint.saturating_mul(8));
+    let mut ends = Vec::with_capacity(len_hint);
+    let mut buf = itoa::Buffer::new();
+    for id in ids {
+        text.extend_from_slice(buf.format(id).as_bytes());
+        ends.push(text.len());
+    }
+    let text = text.freeze();
+    let mut start = 0;
+    ends.into_iter()
+        .map(|end| {
+            let frame = Frame::Bulk(text.slice(start..end));
+            start = end;
+            frame
+        })
+        .collect()
+}
+
+// ---- SSCAN. ----
+
+/// SSCAN key cursor [MATCH pattern] [COUNT count].
+///
+/// The cursor is a slot position in the table; the two ids kept as header flags (0
+/// and `u64::MAX`) come with the first page. Slots never move while a table lives,
+/// so a full iteration returns every member present throughout exactly once —
+/// unless the table is rebuilt (grown or shrunk) mid-scan, when members may repeat,
+/// as Redis allows.
+fn sscan(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let cursor = parse_cursor(&args[2])?;
+    // Redis looks the key up before it reads the options, so a missing key or a
+    // string answers the same whatever the options say: parse now, report later.
+    let opts = ScanOpts::parse(&args[3..]);
+    let v = ctx.view();
+    let Some(e) = v.get(&args[1]) else {
+        return Ok(scan_reply(0, Vec::new()));
+    };
+    let table = e.value().as_idset()?.table();
+    let opts = opts?;
+    let (next, mut ids) = scan_page(&table, cursor, opts.count);
+    if let Some(pattern) = opts.pattern {
+        let mut buf = itoa::Buffer::new();
+        ids.retain(|&id| crate::glob::matches(pattern, buf.format(id).as_bytes(), false));
+    }
+    Ok(scan_reply(next, ids))
+}
+
+fn scan_reply(next: u64, ids: Vec<u64>) -> Frame {
+    let n = ids.len();
+    Frame::Array(vec![
+        id_frame(next),
+        Frame::Array(member_frames(ids.into_iter(), n)),
+    ])
+}
+
+struct ScanOpts<'a> {
+    count: u64,
+    /// `None` for no MATCH or `MATCH *`.
+    pattern: Option<&'a [u8]>,
+}
+
+impl<'a> ScanOpts<'a> {
+    fn parse(opts: &'a [Bytes]) -> Result<ScanOpts<'a>, CmdError> {
+        let mut out = ScanOpts {
+            count: 10,
+            pattern: None,
+        };
+        let mut i = 0;
+        while i < opts.len() {
+            let value = opts.get(i + 1).ok_or(CmdError::Syntax)?;
+            if eq_ic(&opts[i], "COUNT") {
+                out.count = u64::try_from(parse_i64(value)?)
+                    .ok()
+                    .filter(|&n| n >= 1)
+                    .ok_or(CmdError::Syntax)?;
+            } else if eq_ic(&opts[i], "MATCH") {
+                out.pattern = (&value[..] != b"*").then_some(&value[..]);
+            } else {
+                return Err(CmdError::Syntax);
+            }
+            i += 2;
+        }
+        Ok(out)
+    }
+}
+
+/// Parses a SCAN cursor the way Redis does (C's `strtoul`): an optional sign and
+/// decimal digits, a minus sign negating modulo 2^64, the empty string reading as 0;
+/// leading whitespace, other characters and overflow are refused.
+fn parse_cursor(arg: &[u8]) -> Result<u64, CmdError> {
+    let invalid = || CmdError::err("invalid cursor");
+    let (negative, digits) = match arg.first() {
+        None => return Ok(0),
+        Some(b'-') => (true, &arg[1..]),
+        Some(b'+') => (false, &arg[1..]),
+        Some(_) => (false, arg),
+    };
+    if digits.is_empty() {
+        return Err(invalid());
+    }
+    let mut v: u64 = 0;
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return Err(invalid());
+        }
+        v = v
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(u64::from(b - b'0')))
+            .ok_or_else(invalid)?;
+    }
+    Ok(if negative { v.wrapping_neg() } else { v })
+}
+
+/// The members in the slots from `cursor` on (plus the flag ids on the first page),
+/// until `count` members or `count * SCAN_SLOTS_PER_COUNT` slots (but at least one
+/// slot); and the next cursor, 0 at the end.
+fn scan_page(table: &TableRef<'_>, cursor: u64, count: u64) -> (u64, Vec<u64>) {
+    let cap = u64::from(table.capacity());
+    let mut ids = Vec::new();
+    if cursor == 0 {
+        ids.extend(
+            [idset::EMPTY, idset::DELETED]
+                .into_iter()
+                .filter(|&id| table.contains(id)),
+        );
+    }
+    let budget = count.saturating_mul(SCAN_SLOTS_PER_COUNT);
+    let (mut slot, mut read) = (cursor, 0u64);
+    // At least one slot per call, so the cursor moves even when the flag ids alone
+    // fill the first page.
+    while slot < cap && read < budget && (read == 0 || (ids.len() as u64) < count) {
+        let id = slot_value(table, slot);
+        if id != idset::EMPTY && id != idset::DELETED {
+            ids.push(id);
+        }
+        slot += 1;
+        read += 1;
+    }
+    (if slot >= cap { 0 } else { slot }, ids)
+}
+
+/// The raw value of slot `slot` (< capacity): an id, or an empty/deleted marker.
+fn slot_value(table: &TableRef<'_>, slot: u64) -> u64 {
+    let off = idset::HEADER_LEN + slot as usize * idset::SLOT_LEN;
+    let bytes = &table.as_bytes()[off..off + idset::SLOT_LEN];
+    u64::from_le_bytes(bytes.try_into().expect("a slot is 8 bytes"))
+}
+
+// ---- Multi-key commands. ----
+
+/// The sets at `keys` in order, `None` for a missing key (an empty set to Redis).
+/// Every key is type-checked, even after a missing one, as Redis does.
+fn read_sets<'v>(v: &'v View<'_>, keys: &[Bytes]) -> Result<Vec<Option<TableRef<'v>>>, CmdError> {
+    keys.iter()
+        .map(|k| {
+            v.get(k)
+                .map(|e| e.value().as_idset().map(IdSet::table))
+                .transpose()
+        })
+        .collect()
+}
+
+#[derive(Clone, Copy)]
+enum SetOp {
+    Inter,
+    Union,
+    Diff,
+}
+
+impl SetOp {
+    /// The members of the result, each once.
+    fn apply(self, sets: Vec<Option<TableRef<'_>>>) -> Vec<u64> {
+        match self {
+            SetOp::Inter => {
+                let Some(mut tables) = sets.into_iter().collect::<Option<Vec<_>>>() else {
+                    return Vec::new(); // a missing key is an empty set
+                };
+                let mut out = Vec::new();
+                for_each_common(&mut tables, |id| {
+                    out.push(id);
+                    true
+                });
+                out
+            }
+            SetOp::Union => union(sets.into_iter().flatten().collect()),
+            SetOp::Diff => {
+                let mut sets = sets.into_iter();
+                let Some(Some(first)) = sets.next() else {
+                    return Vec::new();
+                };
+                let others: Vec<TableRef<'_>> = sets.flatten().collect();
+                first
+                    .iter()
+                    .filter(|&id| !others.iter().any(|t| t.contains(id)))
+                    .collect()
+            }
+        }
+    }
+}
+
+/// Calls `f` with each member common to all `tables`, iterating the smallest and
+/// probing the others; stops early when `f` returns false.
+fn for_each_common(tables: &mut [TableRef<'_>], mut f: impl FnMut(u64) -> bool) {
+    tables.sort_unstable_by_key(TableRef::len);
+    let Some((smallest, others)) = tables.split_first() else {
+        return;
+    };
+    for id in smallest.iter() {
+        if others.iter().all(|t| t.contains(id)) && !f(id) {
+            return;
+        }
+    }
+}
+
+/// Every member of any of `tables`, once.
+fn union(mut tables: Vec<TableRef<'_>>) -> Vec<u64> {
+    if tables.len() > UNION_PROBE_MAX_SETS {
+        let mut all: Vec<u64> = tables.iter().flat_map(|t| t.iter()).collect();
+        all.sort_unstable();
+        all.dedup();
+        return all;
+    }
+    // Largest first: its members go out unprobed, and each later member is kept
+    // only if no earlier set has it.
+    tables.sort_unstable_by_key(|t| std::cmp::Reverse(t.len()));
+    let mut out = Vec::with_capacity(tables.first().map_or(0, |t| t.len() as usize));
+    for (j, t) in tables.iter().enumerate() {
+        let earlier = &tables[..j];
+        out.extend(
+            t.iter()
+                .filter(|&id| !earlier.iter().any(|p| p.contains(id))),
+        );
+    }
+    out
+}
+
+/// SINTER / SUNION / SDIFF key …
+fn set_op_reply(ctx: &mut Ctx<'_, '_>, args: &[Bytes], op: SetOp) -> CmdResult {
+    let v = ctx.view();
+    let ids = op.apply(read_sets(v, &args[1..])?);
+    let n = ids.len();
+    Ok(Frame::Set(member_frames(ids.into_iter(), n)))
+}
+
+/// SINTERSTORE / SUNIONSTORE / SDIFFSTORE destination key …: the result replaces the
+/// destination (whatever its type, dropping its TTL); an empty one deletes it.
+/// Runs wholly under the lock so the command stays atomic; the table build is O(N),
+/// like computing the result.
+fn set_op_store(ctx: &mut Ctx<'_, '_>, args: &[Bytes], op: SetOp) -> CmdResult {
+    let v = ctx.view();
+    let ids = op.apply(read_sets(v, &args[2..])?);
+    let dst = &args[1];
+    if ids.is_empty() {
+        v.remove(dst);
+        return Ok(Frame::Integer(0));
+    }
+    let n = create(v, dst, &ids, None);
+    Ok(Frame::Integer(n as i64))
+}
+
+fn sinter(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    set_op_reply(ctx, args, SetOp::Inter)
+}
+
+fn sunion(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    set_op_reply(ctx, args, SetOp::Union)
+}
+
+fn sdiff(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    set_op_reply(ctx, args, SetOp::Diff)
+}
+
+fn sinterstore(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    set_op_store(ctx, args, SetOp::Inter)
+}
+
+fn sunionstore(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    set_op_store(ctx, args, SetOp::Union)
+}
+
+fn sdiffstore(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    set_op_store(ctx, args, SetOp::Diff)
+}
+
+/// SINTERCARD numkeys key … [LIMIT limit]
+fn sintercard(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let numkeys = parse_i64_opt(&args[1])
+        .filter(|&n| n > 0)
+        .ok_or_else(|| CmdError::err("numkeys should be greater than 0"))? as u64;
+    if numkeys > (args.len() - 2) as u64 {
+        return Err(CmdError::err(
+            "Number of keys can't be greater than number of args",
+        ));
+    }
+    let keys_end = 2 + numkeys as usize;
+    let mut limit = 0u64;
+    let mut i = keys_end;
+    while i < args.len() {
+        match args.get(i + 1) {
+            Some(value) if eq_ic(&args[i], "LIMIT") => {
+                limit = parse_i64_opt(value)
+                    .and_then(|n| u64::try_from(n).ok())
+                    .ok_or_else(|| CmdError::err("LIMIT can't be negative"))?;
+            }
+            _ => return Err(CmdError::Syntax),
+        }
+        i += 2;
+    }
+    let v = ctx.view();
+    let Some(mut tables) = read_sets(v, &args[2..keys_end])?
+        .into_iter()
+        .collect::<Option<Vec<_>>>()
+    else {
+        return Ok(Frame::Integer(0));
+    };
+    let mut n = 0u64;
+    for_each_common(&mut tables, |_| {
+        n += 1;
+        limit == 0 || n < limit
+    });
+    Ok(Frame::Integer(n as i64))
+}
+
+/// SMOVE source destination member
+fn smove(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let id = parse_id(&args[3])?;
+    let (src, dst) = (&args[1], &args[2]);
+    let v = ctx.view();
+    let Some(e) = v.peek(src) else {
+        return Ok(Frame::Integer(0));
+    };
+    let present = e.value().as_idset()?.contains(id);
+    if let Some(d) = v.peek(dst) {
+        d.value().as_idset()?;
+    }
+    if src == dst || !present {
+        return Ok(Frame::Integer(i64::from(present)));
+    }
+    remove_ids(v, src, &[id]);
+    insert_into(v, dst, &[id], false)?;
+    Ok(Frame::Integer(1))
+}
+
+// ---- Random members: SRANDMEMBER and SPOP. ----
+
+/// A uniformly random member of a non-empty table: the flag ids by their share of
+/// the members, slot ids by sampling random slots (falling back to a random rank on
+/// a table so sparse that sampling keeps missing).
+fn random_member(table: &TableRef<'_>, rng: &mut impl Rng) -> u64 {
+    let n = table.len();
+    let in_slots = u64::from(table.count());
+    let r = rng.gen_range(0..n);
+    if r >= in_slots {
+        let mut flags = [idset::EMPTY, idset::DELETED]
+            .into_iter()
+            .filter(|&id| table.contains(id));
+        return flags
+            .nth((r - in_slots) as usize)
+            .expect("flag ids counted in len");
+    }
+    let cap = table.capacity();
+    for _ in 0..RANDOM_SLOT_TRIES {
+        let id = slot_value(table, u64::from(rng.gen_range(0..cap)));
+        if id != idset::EMPTY && id != idset::DELETED {
+            return id;
+        }
+    }
+    let rank = rng.gen_range(0..in_slots);
+    slot_ids(table)
+        .nth(rank as usize)
+        .expect("count ids in slots")
+}
+
+/// The ids stored in slots (every member but the flag ids), in slot order.
+fn slot_ids<'t>(table: &TableRef<'t>) -> impl Iterator<Item = u64> + 't {
+    table
+        .iter()
+        .filter(|&id| id != idset::EMPTY && id != idset::DELETED)
+}
+
+/// `count` distinct random members (`count` < the set's size).
+fn random_distinct(table: &TableRef<'_>, count: usize, rng: &mut impl Rng) -> Vec<u64> {
+    let n = table.len() as usize;
+    if count.saturating_mul(4) >= n {
+        // Many of them: shuffle the start of the member list.
+        let mut all: Vec<u64> = table.iter().collect();
+        let (chosen, _) = all.partial_shuffle(rng, count);
+        return chosen.to_vec();
+    }
+    // Few: draw until enough distinct ones (at most 4/3 draws each on average).
+    let mut seen = ahash::AHashSet::with_capacity(count);
+    let mut out = Vec::with_capacity(count);
+    while out.len() < count {
+        let id = random_member(table, rng);
+        if seen.insert(id) {
+            out.push(id);
+        }
+    }
+    out
+}
+
+/// SRANDMEMBER key [count]
+fn srandmember(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let count = match args.len() {
+        2 => None,
+        3 => {
+            let n = parse_i64(&args[2])?;
+            if n == i64::MIN {
+                return Err(CmdError::err(
+                    "value is out of range, value must between -9223372036854775807 and 9223372036854775807",
+                ));
+            }
+            Some(n)
+        }
+        _ => return Err(CmdError::Syntax),
+    };
+    let v = ctx.view();
+    let entry = v.get(&args[1]);
+    let Some(count) = count else {
+        return match entry {
+            None => Ok(Frame::Null),
+            Some(e) => Ok(id_frame(random_member(
+                &e.value().as_idset()?.table(),
+                &mut rand::thread_rng(),
+            ))),
+        };
+    };
+    let Some(e) = entry else {
+        return Ok(Frame::Array(Vec::new()));
+    };
+    let table = e.value().as_idset()?.table();
+    if count == 0 {
+        return Ok(Frame::Array(Vec::new()));
+    }
+    let n = table.len();
+    let mut rng = rand::thread_rng();
+    let ids: Vec<u64> = if count < 0 {
+        // Repetitions allowed: |count| independent draws.
+        let draws = count.unsigned_abs();
+        if draws > MAX_RANDOM_REPLY {
+            return Err(CmdError::err(format!(
+                "count is out of range: relcache replies with at most {MAX_RANDOM_REPLY} random members"
+            )));
+        }
+        if draws >= u64::from(table.capacity()) / 8 {
+            let all: Vec<u64> = table.iter().collect();
+            (0..draws)
+                .map(|_| all[rng.gen_range(0..all.len())])
+                .collect()
+        } else {
+            (0..draws)
+                .map(|_| random_member(&table, &mut rng))
+                .collect()
+        }
+    } else if count as u64 >= n {
+        table.iter().collect()
+    } else {
+        random_distinct(&table, count as usize, &mut rng)
+    };
+    let len = ids.len();
+    Ok(Frame::Array(member_frames(ids.into_iter(), len)))
+}
+
+/// SPOP key [count]
+fn spop(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let count = match args.len() {
+        2 => None,
+        3 => Some(
+            parse_i64_opt(&args[2])
+                .and_then(|n| u64::try_from(n).ok())
+                .ok_or_else(|| CmdError::err("value is out of range, must be positive"))?,
+        ),
+        _ => return Err(CmdError::Syntax),
+    };
+    let key = &args[1];
+    let v = ctx.view();
+    let Some(e) = v.peek(key) else {
+        return Ok(if count.is_some() {
+            Frame::Set(Vec::new())
+        } else {
+            Frame::Null
+        });
+    };
+    let table = e.value().as_idset()?.table();
+    let mut rng = rand::thread_rng();
+    let popped = match count {
+        None => vec![random_member(&table, &mut rng)],
+        Some(0) => return Ok(Frame::Set(Vec::new())),
+        Some(c) if c >= table.len() => {
+            let all: Vec<u64> = table.iter().collect();
+            v.remove(key);
+            return Ok(Frame::Set(member_frames(all.iter().copied(), all.len())));
+        }
+        Some(c) => random_distinct(&table, c as usize, &mut rng),
+    };
+    remove_ids(v, key, &popped);
+    Ok(match count {
+        None => id_frame(popped[0]),
+        Some(_) => Frame::Set(member_frames(popped.iter().copied(), popped.len())),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use relcache_protocol::idset::Builder;
+
+    #[test]
+    fn cursors_parse_like_strtoul() {
+        assert_eq!(parse_cursor(b"0"), Ok(0));
+        assert_eq!(parse_cursor(b""), Ok(0));
+        assert_eq!(parse_cursor(b"007"), Ok(7));
+        assert_eq!(parse_cursor(b"+5"), Ok(5));
+        assert_eq!(parse_cursor(b"-1"), Ok(u64::MAX));
+        assert_eq!(parse_cursor(b"18446744073709551615"), Ok(u64::MAX));
+        for bad in [
+            &b" 1"[..],
+            b"-",
+            b"+",
+            b"1 ",
+            b"abc",
+            b"18446744073709551616",
+            b"1.0",
+        ] {
+            assert_eq!(
+                parse_cursor(bad),
+                Err(CmdError::err("invalid cursor")),
+                "{bad:?}"
+            );
+        }
+    }
+
+    fn collect_scan(table: &TableRef<'_>, count: u64) -> Vec<u64> {
+        let (mut cursor, mut seen) = (0u64, Vec::new());
+        loop {
+            let (next, page) = scan_page(table, cursor, count);
+            assert!(
+                page.len() as u64 <= count + 2,
+                "a page holds at most COUNT members (flags aside)"
+            );
+            seen.extend(page);
+            if next == 0 {
+                return seen;
+            }
+            assert!(next > cursor, "the cursor moves forward");
+            cursor = next;
+        }
+    }
+
+    #[test]
+    fn a_full_scan_returns_every_member_once() {
+        let ids: Vec<u64> = (1..=1000).chain([0, u64::MAX]).collect();
+        let bytes = Builder::new().build(&ids);
+        let t = TableRef::open(&bytes).unwrap();
+        for count in [1, 7, 10, 100, 5000] {
+            let mut seen = collect_scan(&t, count);
+            seen.sort_unstable();
+            let mut want = ids.clone();
+            want.sort_unstable();
+            assert_eq!(seen, want, "COUNT {count}");
+        }
+    }
+
+    #[test]
+    fn random_members_come_from_the_set_and_cover_it() {
+        let mut rng = rand::thread_rng();
+        for ids in [
+            vec![0u64],
+            vec![u64::MAX],
+            vec![0, u64::MAX, 5],
+            (1..=50).collect::<Vec<u64>>(),
+        ] {
+            let bytes = Builder::new().build(&ids);
+            let t = TableRef::open(&bytes).unwrap();
+            let mut seen = std::collections::HashSet::new();
+            for _ in 0..2000 {
+                let id = random_member(&t, &mut rng);
+                assert!(ids.contains(&id));
+                seen.insert(id);
+            }
+            assert_eq!(
+                seen.len(),
+                ids.len(),
+                "every member drawn at some point: {ids:?}"
+            );
+            for count in 1..ids.len() {
+                let mut d = random_distinct(&t, count, &mut rng);
+                d.sort_unstable();
+                d.dedup();
+                assert_eq!(d.len(), count);
+                assert!(d.iter().all(|id| ids.contains(id)));
+            }
+        }
+    }
+
+    #[test]
+    fn random_member_survives_a_sparse_table() {
+        // Below the shrink threshold, so the table keeps its slots: one live id in
+        // hundreds of slots, where sampling random slots mostly misses.
+        let mut set = IdSet::build(&(1..=700).collect::<Vec<u64>>());
+        set.remove_many(&(2..=700).collect::<Vec<u64>>());
+        let t = set.table();
+        assert_eq!(t.len(), 1);
+        assert!(t.capacity() > 500, "capacity {}", t.capacity());
+        let mut rng = rand::thread_rng();
+        assert!((0..100).all(|_| random_member(&t, &mut rng) == 1));
+    }
+
+    #[test]
+    fn set_ops_on_tables() {
+        let a = Builder::new().build(&[0, 1, 2, 3, u64::MAX]);
+        let b = Builder::new().build(&[2, 3, 4, u64::MAX]);
+        let (ta, tb) = (TableRef::open(&a).unwrap(), TableRef::open(&b).unwrap());
+        let sorted = |mut v: Vec<u64>| {
+            v.sort_unstable();
+            v
+        };
+        assert_eq!(
+            sorted(SetOp::Inter.apply(vec![Some(ta), Some(tb)])),
+            vec![2, 3, u64::MAX]
+        );
+        assert_eq!(SetOp::Inter.apply(vec![Some(ta), None]), Vec::<u64>::new());
+        assert_eq!(
+            sorted(SetOp::Union.apply(vec![Some(ta), None, Some(tb)])),
+            vec![0, 1, 2, 3, 4, u64::MAX]
+        );
+        assert_eq!(
+            sorted(SetOp::Diff.apply(vec![Some(ta), Some(tb)])),
+            vec![0, 1]
+        );
+        assert_eq!(SetOp::Diff.apply(vec![None, Some(tb)]), Vec::<u64>::new());
+        let many: Vec<Option<TableRef<'_>>> = (0..10)
+            .map(|i| Some(if i % 2 == 0 { ta } else { tb }))
+            .collect();
+        assert_eq!(
+            sorted(SetOp::Union.apply(many)),
+            vec![0, 1, 2, 3, 4, u64::MAX]
+        );
+    }
+
+    #[test]
+    fn member_frames_slice_one_buffer() {
+        let frames = member_frames([0u64, 42, u64::MAX].into_iter(), 3);
+        let texts: Vec<&[u8]> = frames
+            .iter()
+            .map(|f| match f {
+                Frame::Bulk(b) => &b[..],
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(texts, [&b"0"[..], b"42", b"18446744073709551615"]);
+    }
+}
