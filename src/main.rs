@@ -21,9 +21,9 @@ struct Cli {
     /// TCP port to listen on (0 picks a free one; the log says which).
     #[arg(long)]
     port: Option<u16>,
-    /// Addresses to listen on (default 127.0.0.1).
-    #[arg(long, num_args = 1..)]
-    bind: Vec<String>,
+    /// Addresses to listen on, space-separated as in redis.conf (default 127.0.0.1).
+    #[arg(long)]
+    bind: Option<String>,
     /// Password clients must give with AUTH or HELLO.
     #[arg(long)]
     requirepass: Option<String>,
@@ -74,11 +74,11 @@ fn main() -> anyhow::Result<()> {
     if let Some(path) = &cli.config_file {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         config.load_file(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        *config.config_file.write() = Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()));
     }
-    let bind = (!cli.bind.is_empty()).then(|| cli.bind.join(" "));
     let flags: [(&str, Option<String>); 13] = [
         ("port", cli.port.map(|p| p.to_string())),
-        ("bind", bind),
+        ("bind", cli.bind),
         ("requirepass", cli.requirepass),
         ("maxclients", cli.maxclients.map(|v| v.to_string())),
         ("maxmemory", cli.maxmemory),

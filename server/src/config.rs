@@ -54,6 +54,9 @@ pub struct Config {
     pub loglevel: RwLock<String>,
     pub tcp_keepalive: AtomicU64,
     pub lazyfree_lazy_user_del: AtomicBool,
+    /// The config file the server was started with (INFO `config_file`, CONFIG
+    /// REWRITE); `None` when there was none.
+    pub config_file: RwLock<Option<std::path::PathBuf>>,
 }
 
 impl Default for Config {
@@ -78,6 +81,7 @@ impl Default for Config {
             loglevel: RwLock::new("notice".into()),
             tcp_keepalive: AtomicU64::new(300),
             lazyfree_lazy_user_del: AtomicBool::new(false),
+            config_file: RwLock::new(None),
         }
     }
 }

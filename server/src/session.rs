@@ -148,6 +148,9 @@ pub struct Session {
     pub watched: Vec<(Bytes, Option<u64>)>,
     /// Close the connection once this batch's replies are written (QUIT).
     pub close_after_reply: bool,
+    /// Send no reply for the command just run (SHUTDOWN: Redis closes the connection
+    /// without answering, and clients such as redis-py treat a reply as a failure).
+    pub no_reply: bool,
 }
 
 impl Session {
@@ -160,6 +163,7 @@ impl Session {
             watch_flag: WatchFlag::default(),
             watched: Vec::new(),
             close_after_reply: false,
+            no_reply: false,
         }
     }
 

@@ -106,7 +106,9 @@ impl Stats {
 #[derive(Default)]
 pub struct CommandStats {
     pub calls: Counter,
-    pub usec: Counter,
+    /// Nanoseconds, summed unrounded: a fast command takes well under a
+    /// microsecond, and rounding each call would lose most of the total.
+    pub nanos: Counter,
     pub rejected_calls: Counter,
     pub failed_calls: Counter,
 }
@@ -114,7 +116,7 @@ pub struct CommandStats {
 impl CommandStats {
     pub fn reset(&self) {
         self.calls.reset();
-        self.usec.reset();
+        self.nanos.reset();
         self.rejected_calls.reset();
         self.failed_calls.reset();
     }

@@ -210,6 +210,10 @@ fn execute(server: &Server, session: &mut Session, args: &[Bytes]) -> Frame {
         return CmdError::NoAuth.to_frame();
     }
     if let Some(m) = &mut session.multi {
+        if spec.has(spec::NO_MULTI) {
+            m.failed = true;
+            return CmdError::err("Command not allowed inside a transaction").to_frame();
+        }
         if !transactions::runs_inside_multi(spec) {
             m.queued.push(args.to_vec());
             session.info.multi.store(m.queued.len() as u64, std::sync::atomic::Ordering::Relaxed);
@@ -298,7 +302,7 @@ pub(crate) fn run<'a, 'v>(
     }
     let stats = &server.cmdstats[id];
     stats.calls.incr();
-    stats.usec.add(start.elapsed().as_micros() as u64);
+    stats.nanos.add(start.elapsed().as_nanos() as u64);
     server.stats.total_commands_processed.incr();
     match result {
         Ok(frame) => frame,
