@@ -1,0 +1,759 @@
+//! Limits and bad input, over raw sockets: each case asserts the exact wire reply
+//! (or the disconnect), then that the server still serves another client whose data
+//! is intact. A framing error closes only the offending connection; a bad *command*
+//! gets an error and the connection stays open.
+
+mod harness;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use harness::{read_n, read_to_end, resp_cmd, roundtrip, ReadEnd, TestServer};
+use rand::{Rng, SeedableRng};
+
+/// A second client that stores a value before the abuse and checks it afterwards.
+struct Canary {
+    con: redis::Connection,
+}
+
+impl Canary {
+    fn new(s: &TestServer) -> Canary {
+        let mut con = s.conn();
+        let () = redis::cmd("SET")
+            .arg("canary")
+            .arg("still here")
+            .query(&mut con)
+            .unwrap();
+        Canary { con }
+    }
+
+    /// The existing connection still works, its data is intact, and a brand-new
+    /// client can connect and PING.
+    fn check(&mut self, s: &TestServer) {
+        let v: String = redis::cmd("GET")
+            .arg("canary")
+            .query(&mut self.con)
+            .unwrap();
+        assert_eq!(v, "still here");
+        let mut fresh = s.raw();
+        roundtrip(&mut fresh, b"*1\r\n$4\r\nPING\r\n", b"+PONG\r\n");
+    }
+}
+
+/// Sends `input` on a fresh connection and asserts the reply is exactly `expected`,
+/// followed by the server closing the connection.
+fn assert_reply_then_close(s: &TestServer, input: &[u8], expected: &[u8]) {
+    let mut c = s.raw();
+    c.write_all(input).unwrap();
+    let (got, end) = read_to_end(&mut c);
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(expected),
+        "reply to {:?}",
+        String::from_utf8_lossy(&input[..input.len().min(80)])
+    );
+    assert_eq!(
+        end,
+        ReadEnd::Eof,
+        "connection should be closed after a protocol error"
+    );
+}
+
+/// Reads until what arrived ends with `suffix`.
+fn read_until(s: &mut TcpStream, suffix: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut byte = [0u8; 1];
+    while !out.ends_with(suffix) {
+        match s.read(&mut byte) {
+            Ok(1) => out.push(byte[0]),
+            other => panic!("{other:?} after {:?}", String::from_utf8_lossy(&out)),
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------- framing errors
+
+#[test]
+fn protocol_errors_reply_and_close() {
+    let s = TestServer::start();
+    let mut canary = Canary::new(&s);
+    let cases: &[(&[u8], &[u8])] = &[
+        (
+            b"*1\r\n$999999999999\r\n",
+            b"-ERR Protocol error: invalid bulk length\r\n",
+        ),
+        (
+            b"*1\r\n$-1\r\n",
+            b"-ERR Protocol error: invalid bulk length\r\n",
+        ),
+        (
+            b"*1\r\n$abc\r\n",
+            b"-ERR Protocol error: invalid bulk length\r\n",
+        ),
+        (
+            b"*abc\r\n",
+            b"-ERR Protocol error: invalid multibulk length\r\n",
+        ),
+        (
+            b"*99999999999\r\n",
+            b"-ERR Protocol error: invalid multibulk length\r\n",
+        ),
+        (
+            b"*1\r\nxyz\r\n",
+            b"-ERR Protocol error: expected '$', got 'x'\r\n",
+        ),
+        (
+            b"*2\r\n$3\r\nGET\r\n:1\r\n",
+            b"-ERR Protocol error: expected '$', got ':'\r\n",
+        ),
+        (
+            b"SET a \"hello\r\n",
+            b"-ERR Protocol error: unbalanced quotes in request\r\n",
+        ),
+        (
+            b"SET a 'hello\r\n",
+            b"-ERR Protocol error: unbalanced quotes in request\r\n",
+        ),
+        (
+            b"SET a \"hello\"x\r\n",
+            b"-ERR Protocol error: unbalanced quotes in request\r\n",
+        ),
+        // Requests before the bad frame are answered first.
+        (
+            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n*1\r\nxyz\r\n",
+            b"+OK\r\n-ERR Protocol error: expected '$', got 'x'\r\n",
+        ),
+    ];
+    for (input, expected) in cases {
+        assert_reply_then_close(&s, input, expected);
+        canary.check(&s);
+    }
+}
+
+#[test]
+fn bulk_over_proto_max_bulk_len() {
+    let s = TestServer::start_with(&["--proto-max-bulk-len", "1mb"]);
+    let mut canary = Canary::new(&s);
+    // The header alone is refused: the server does not wait for 2 MB of data.
+    assert_reply_then_close(
+        &s,
+        b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2097152\r\n",
+        b"-ERR Protocol error: invalid bulk length\r\n",
+    );
+    canary.check(&s);
+    // Exactly at the limit is fine.
+    let value = vec![b'x'; 1024 * 1024];
+    let mut c = s.raw();
+    c.write_all(&resp_cmd(&[b"SET", b"atlimit", &value]))
+        .unwrap();
+    assert_eq!(read_n(&mut c, 5), b"+OK\r\n");
+    roundtrip(&mut c, b"STRLEN atlimit\r\n", b":1048576\r\n");
+    canary.check(&s);
+}
+
+#[test]
+fn too_big_inline_request() {
+    let s = TestServer::start();
+    let mut canary = Canary::new(&s);
+    let mut c = s.raw();
+    // 100 KB without a newline. The server may stop reading (and close with our
+    // bytes unread, which resets the connection), so write from another thread.
+    let mut w = c.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        w.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = w.write_all(&vec![b'A'; 100 * 1024]);
+    });
+    let (got, end) = read_to_end(&mut c);
+    writer.join().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        "-ERR Protocol error: too big inline request\r\n"
+    );
+    assert_ne!(end, ReadEnd::Timeout, "connection should be closed");
+    canary.check(&s);
+}
+
+#[test]
+fn random_garbage_never_crashes_the_server() {
+    let mut s = TestServer::start();
+    let mut canary = Canary::new(&s);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed_cafe);
+    const ALPHABET: &[u8] = b"*$\r\n\r\n0123456789-+:_%~#!=,(.\"' \\xabcSETGETPING";
+    for case in 0..400 {
+        let len = rng.gen_range(1..2048);
+        let mut input: Vec<u8> = match case % 3 {
+            0 => (0..len).map(|_| rng.gen()).collect(),
+            1 => (0..len)
+                .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())])
+                .collect(),
+            // A valid start, then noise: exercises the later parser states.
+            _ => {
+                let mut v = b"*3\r\n$3\r\nSET\r\n$2\r\nzz\r\n".to_vec();
+                v.truncate(rng.gen_range(1..v.len()));
+                v.extend((0..len).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())]));
+                v
+            }
+        };
+        // Never let the noise spell a command that changes server-wide state.
+        for w in [
+            &b"FLUSH"[..],
+            b"SHUTDOWN",
+            b"CONFIG",
+            b"DEBUG",
+            b"KILL",
+            b"canary",
+        ] {
+            while let Some(p) = input
+                .windows(w.len())
+                .position(|x| x.eq_ignore_ascii_case(w))
+            {
+                input[p] = b'#';
+            }
+        }
+        let mut c = s.raw();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = c.write_all(&input);
+        // Half-close: the server sees EOF after the garbage, answers what it can,
+        // and closes.
+        let _ = c.shutdown(std::net::Shutdown::Write);
+        let (got, end) = read_to_end(&mut c);
+        assert_ne!(
+            end,
+            ReadEnd::Timeout,
+            "case {case}: server kept a half-closed connection open"
+        );
+        if let Some(&first) = got.first() {
+            assert!(
+                b"+-:$*_%~#,(=!>|".contains(&first),
+                "case {case}: reply is not RESP: {:?}",
+                String::from_utf8_lossy(&got)
+            );
+        }
+        if case % 50 == 49 {
+            assert!(s.alive(), "server died on garbage case {case}");
+            canary.check(&s);
+        }
+    }
+    assert!(s.alive());
+    canary.check(&s);
+}
+
+// ---------------------------------------------------------------- bad commands
+
+#[test]
+fn bad_commands_keep_the_connection_open() {
+    let s = TestServer::start();
+    let mut c = s.raw();
+    roundtrip(
+        &mut c,
+        b"*1\r\n$7\r\nNOTACMD\r\n",
+        b"-ERR unknown command 'NOTACMD', with args beginning with: \r\n",
+    );
+    roundtrip(
+        &mut c,
+        b"NOTACMD a b\r\n",
+        b"-ERR unknown command 'NOTACMD', with args beginning with: 'a' 'b' \r\n",
+    );
+    roundtrip(
+        &mut c,
+        b"*1\r\n$3\r\nGET\r\n",
+        b"-ERR wrong number of arguments for 'get' command\r\n",
+    );
+    roundtrip(
+        &mut c,
+        b"GET a b\r\n",
+        b"-ERR wrong number of arguments for 'get' command\r\n",
+    );
+    roundtrip(
+        &mut c,
+        b"SET a\r\n",
+        b"-ERR wrong number of arguments for 'set' command\r\n",
+    );
+    roundtrip(
+        &mut c,
+        b"CLIENT NOSUCH\r\n",
+        b"-ERR unknown subcommand 'NOSUCH'. Try CLIENT HELP.\r\n",
+    );
+    roundtrip(
+        &mut c,
+        b"CLIENT SETNAME\r\n",
+        b"-ERR wrong number of arguments for 'client|setname' command\r\n",
+    );
+    roundtrip(&mut c, b"SET a b NX XX\r\n", b"-ERR syntax error\r\n");
+    roundtrip(
+        &mut c,
+        b"SET a b\r\nINCR a\r\n",
+        b"+OK\r\n-ERR value is not an integer or out of range\r\n",
+    );
+    // Pipelined: the errors are answered in order and the rest still run.
+    roundtrip(
+        &mut c,
+        b"*1\r\n$3\r\nGET\r\n*1\r\n$4\r\nPING\r\nBOGUS\r\n*2\r\n$3\r\nGET\r\n$1\r\na\r\n",
+        b"-ERR wrong number of arguments for 'get' command\r\n+PONG\r\n-ERR unknown command 'BOGUS', with args beginning with: \r\n$1\r\nb\r\n",
+    );
+    roundtrip(&mut c, b"PING\r\n", b"+PONG\r\n");
+}
+
+// ---------------------------------------------------------------- maxclients
+
+/// Connects and PINGs; `None` if the server refused us for maxclients.
+fn try_client(s: &TestServer) -> Option<TcpStream> {
+    let mut c = s.raw();
+    c.write_all(b"PING\r\n").unwrap();
+    let mut first = [0u8; 7];
+    c.read_exact(&mut first).unwrap();
+    if &first == b"+PONG\r\n" {
+        return Some(c);
+    }
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest);
+    let mut all = first.to_vec();
+    all.extend(rest);
+    assert_eq!(
+        String::from_utf8_lossy(&all),
+        "-ERR max number of clients reached\r\n"
+    );
+    None
+}
+
+/// Like [`try_client`], retrying for a few seconds: a connection closed a moment
+/// ago (the harness's readiness probe, one the test dropped) may still hold its slot.
+fn client_eventually(s: &TestServer) -> TcpStream {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(c) = try_client(s) {
+            return c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "server never freed a client slot"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn maxclients_refuses_the_extra_client() {
+    let s = TestServer::start_with(&["--maxclients", "5"]);
+    let mut clients: Vec<TcpStream> = (0..5).map(|_| client_eventually(&s)).collect();
+    roundtrip(&mut clients[0], b"SET mine kept\r\n", b"+OK\r\n");
+
+    // The sixth is told why, then closed — without having to send anything.
+    let mut sixth = s.raw();
+    let (got, end) = read_to_end(&mut sixth);
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        "-ERR max number of clients reached\r\n"
+    );
+    assert_eq!(end, ReadEnd::Eof);
+
+    // The five are unaffected.
+    for c in &mut clients {
+        roundtrip(c, b"PING\r\n", b"+PONG\r\n");
+    }
+    roundtrip(&mut clients[4], b"GET mine\r\n", b"$4\r\nkept\r\n");
+
+    // Closing one frees a slot.
+    drop(clients.remove(1));
+    let mut again = client_eventually(&s);
+    roundtrip(&mut again, b"GET mine\r\n", b"$4\r\nkept\r\n");
+}
+
+#[test]
+fn connection_flood_does_not_starve_existing_clients() {
+    let s = TestServer::start_with(&["--maxclients", "100"]);
+    let mut con = s.conn();
+    let () = redis::cmd("SET")
+        .arg("before")
+        .arg("flood")
+        .query(&mut con)
+        .unwrap();
+
+    let done = Arc::new(AtomicBool::new(false));
+    let flood = {
+        let addr = s.addr();
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for i in 0..200 {
+                let mut c = TcpStream::connect(&addr).unwrap();
+                // Some connections send half a request and stall.
+                if i % 3 == 0 {
+                    let _ = c.write_all(b"*2\r\n$3\r\nGET\r\n$10\r\nhalf");
+                }
+                held.push(c);
+            }
+            done.store(true, Ordering::SeqCst);
+            held
+        })
+    };
+
+    let mut worst = Duration::ZERO;
+    let mut i = 0u64;
+    while !done.load(Ordering::SeqCst) || i < 200 {
+        let t = Instant::now();
+        let () = redis::cmd("SET")
+            .arg(format!("k{i}"))
+            .arg(i)
+            .query(&mut con)
+            .unwrap();
+        let v: u64 = redis::cmd("GET")
+            .arg(format!("k{i}"))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(v, i);
+        worst = worst.max(t.elapsed());
+        i += 1;
+    }
+    let mut held = flood.join().unwrap();
+    assert!(
+        worst < Duration::from_secs(2),
+        "an existing client waited {worst:?} for a reply during the flood"
+    );
+
+    // Over the limit the extra connections were refused, the rest are held idle.
+    let mut refused = 0;
+    let mut open = 0;
+    for c in &mut held {
+        c.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+        let (got, end) = read_to_end(c);
+        match end {
+            ReadEnd::Timeout => {
+                assert!(got.is_empty());
+                open += 1;
+            }
+            _ => {
+                assert_eq!(
+                    String::from_utf8_lossy(&got),
+                    "-ERR max number of clients reached\r\n"
+                );
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused >= 100, "refused {refused}, open {open}");
+    assert!(open >= 90, "refused {refused}, open {open}");
+
+    let v: String = redis::cmd("GET").arg("before").query(&mut con).unwrap();
+    assert_eq!(v, "flood");
+    drop(held);
+    // Once the flood is gone, new clients get in again.
+    let mut c = client_eventually(&s);
+    roundtrip(&mut c, b"GET before\r\n", b"$5\r\nflood\r\n");
+}
+
+// ---------------------------------------------------------------- output buffer
+
+/// Polls `INFO clients` until `connected_clients` is `n` (10 s at most).
+fn wait_for_connected_clients(con: &mut redis::Connection, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info: String = redis::cmd("INFO").arg("clients").query(con).unwrap();
+        let now = info
+            .lines()
+            .find_map(|l| l.strip_prefix("connected_clients:"))
+            .map(|v| v.trim().parse::<u64>().unwrap());
+        if now == Some(n) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "connected_clients stayed at {now:?}, expected {n}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn output_buffer_limit_disconnects_a_client_that_does_not_read() {
+    let s = TestServer::start_with(&["--client-output-buffer-limit", "normal 1mb 0 0"]);
+    let mut canary = Canary::new(&s);
+    let big = vec![b'v'; 100 * 1024];
+    let () = redis::cmd("SET")
+        .arg("big")
+        .arg(&big[..])
+        .query(&mut canary.con)
+        .unwrap();
+
+    const GETS: usize = 20_000;
+    let full_reply = GETS * (big.len() + 10);
+    let mut victim = s.raw();
+    let mut w = victim.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        w.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+        let batch = b"GET big\r\n".repeat(GETS);
+        // An error here (reset, broken pipe) is the disconnect we expect.
+        w.write_all(&batch).is_ok()
+    });
+    let _wrote_all = writer.join().unwrap();
+    // Not reading is what makes this client slow: if we read now we could keep up
+    // and never cross the limit. So wait, without reading, until the server has
+    // dropped it (only the canary is left).
+    wait_for_connected_clients(&mut canary.con, 1);
+
+    // Now read: whatever the socket buffers held, then EOF or a reset — far less
+    // than the replies we asked for.
+    victim
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut total = 0usize;
+    let mut buf = vec![0u8; 256 * 1024];
+    let end = loop {
+        match victim.read(&mut buf) {
+            Ok(0) => break ReadEnd::Eof,
+            Ok(n) => {
+                total += n;
+                assert!(
+                    total < 64 * 1024 * 1024,
+                    "received {total} bytes: the client was never disconnected"
+                );
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                break ReadEnd::Timeout
+            }
+            Err(_) => break ReadEnd::Reset,
+        }
+    };
+    assert_ne!(
+        end,
+        ReadEnd::Timeout,
+        "the client over its output limit was not disconnected"
+    );
+    assert!(total < full_reply);
+
+    canary.check(&s);
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query(&mut canary.con)
+        .unwrap();
+    let n = info
+        .lines()
+        .find_map(|l| l.strip_prefix("client_output_buffer_limit_disconnections:"))
+        .map(|v| v.trim().parse::<u64>().unwrap());
+    // Redis 7.0 does not report this counter; relcache does.
+    if let Some(n) = n {
+        assert!(n >= 1, "client_output_buffer_limit_disconnections:{n}");
+    }
+}
+
+#[test]
+fn output_buffer_limit_set_at_runtime() {
+    let s = TestServer::start();
+    let mut canary = Canary::new(&s);
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("client-output-buffer-limit")
+        .arg("normal 1mb 0 0")
+        .query(&mut canary.con)
+        .unwrap();
+    let () = redis::cmd("SET")
+        .arg("big")
+        .arg(vec![b'v'; 100 * 1024])
+        .query(&mut canary.con)
+        .unwrap();
+    let mut victim = s.raw();
+    let mut w = victim.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        w.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = w.write_all(&b"GET big\r\n".repeat(20_000));
+    });
+    writer.join().unwrap();
+    wait_for_connected_clients(&mut canary.con, 1);
+    let mut sink = vec![0u8; 1 << 20];
+    let mut total = 0usize;
+    let closed = loop {
+        match victim.read(&mut sink) {
+            Ok(0) => break true,
+            Ok(n) => {
+                total += n;
+                if total > 64 << 20 {
+                    break false;
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                break false
+            }
+            Err(_) => break true,
+        }
+    };
+    assert!(closed, "not disconnected after {total} bytes");
+    canary.check(&s);
+}
+
+// ---------------------------------------------------------------- idle timeout
+
+#[test]
+fn idle_timeout_closes_idle_clients_only() {
+    let s = TestServer::start_with(&["--timeout", "1"]);
+    let mut idle = s.raw();
+    idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    roundtrip(&mut idle, b"PING\r\n", b"+PONG\r\n");
+    let started = Instant::now();
+
+    let active = {
+        let mut c = s.raw();
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            let mut n = 0;
+            while t.elapsed() < Duration::from_secs(3) {
+                roundtrip(&mut c, b"PING\r\n", b"+PONG\r\n");
+                n += 1;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            n
+        })
+    };
+
+    let (got, end) = read_to_end(&mut idle);
+    let waited = started.elapsed();
+    assert_eq!(end, ReadEnd::Eof, "idle client not closed within 5 s");
+    assert!(got.is_empty(), "{:?}", String::from_utf8_lossy(&got));
+    assert!(
+        waited >= Duration::from_millis(900),
+        "closed after only {waited:?}"
+    );
+    let pings = active.join().unwrap();
+    assert!(pings >= 10, "the active client managed only {pings} PINGs");
+}
+
+// ---------------------------------------------------------------- big values
+
+#[test]
+fn fifty_megabyte_value_in_small_chunks() {
+    let s = TestServer::start();
+    let mut canary = Canary::new(&s);
+    const LEN: usize = 50 * 1024 * 1024;
+    let value: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
+    let mut c = s.raw();
+    c.set_nodelay(true).unwrap();
+    c.write_all(format!("*3\r\n$3\r\nSET\r\n$5\r\nhuge!\r\n${LEN}\r\n").as_bytes())
+        .unwrap();
+    for chunk in value.chunks(16 * 1024) {
+        c.write_all(chunk).unwrap();
+    }
+    c.write_all(b"\r\n").unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    assert_eq!(read_n(&mut c, 5), b"+OK\r\n");
+    // The other client was served while the upload was in flight and after it.
+    canary.check(&s);
+
+    let mut con = s.conn();
+    let got: Vec<u8> = redis::cmd("GET").arg("huge!").query(&mut con).unwrap();
+    assert_eq!(got.len(), LEN);
+    assert!(got == value, "the 50 MB value did not round-trip");
+    roundtrip(
+        &mut c,
+        b"STRLEN huge!\r\n",
+        format!(":{LEN}\r\n").as_bytes(),
+    );
+}
+
+// ---------------------------------------------------------------- requirepass
+
+#[test]
+fn requirepass_only_auth_hello_quit_before_login() {
+    let s = TestServer::start_with(&["--requirepass", "s3cret"]);
+    let mut c = s.raw();
+    roundtrip(
+        &mut c,
+        b"GET a\r\n",
+        b"-NOAUTH Authentication required.\r\n",
+    );
+    roundtrip(&mut c, b"PING\r\n", b"-NOAUTH Authentication required.\r\n");
+    roundtrip(
+        &mut c,
+        b"SET a b\r\n",
+        b"-NOAUTH Authentication required.\r\n",
+    );
+    roundtrip(
+        &mut c,
+        b"CLIENT ID\r\n",
+        b"-NOAUTH Authentication required.\r\n",
+    );
+    // Unknown commands and wrong arity are reported as such, before the login check.
+    roundtrip(
+        &mut c,
+        b"NOSUCH\r\n",
+        b"-ERR unknown command 'NOSUCH', with args beginning with: \r\n",
+    );
+    roundtrip(
+        &mut c,
+        b"GET\r\n",
+        b"-ERR wrong number of arguments for 'get' command\r\n",
+    );
+    // Redis 7.2's text (7.0 lacked the "<proto>").
+    roundtrip(
+        &mut c,
+        b"HELLO 3\r\n",
+        b"-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time\r\n",
+    );
+    roundtrip(
+        &mut c,
+        b"AUTH wrong\r\n",
+        b"-WRONGPASS invalid username-password pair or user is disabled.\r\n",
+    );
+    roundtrip(
+        &mut c,
+        b"AUTH default wrong\r\n",
+        b"-WRONGPASS invalid username-password pair or user is disabled.\r\n",
+    );
+    roundtrip(
+        &mut c,
+        b"HELLO 3 AUTH default wrong\r\n",
+        b"-WRONGPASS invalid username-password pair or user is disabled.\r\n",
+    );
+    // Still refused after failed attempts, and the connection is still open.
+    roundtrip(
+        &mut c,
+        b"GET a\r\n",
+        b"-NOAUTH Authentication required.\r\n",
+    );
+    roundtrip(&mut c, b"AUTH s3cret\r\n", b"+OK\r\n");
+    roundtrip(&mut c, b"SET a b\r\nGET a\r\n", b"+OK\r\n$1\r\nb\r\n");
+
+    // HELLO with AUTH logs in and switches protocol in one step.
+    let mut h = s.raw();
+    h.write_all(b"HELLO 3 AUTH default s3cret\r\n").unwrap();
+    let hello = read_until(&mut h, b"$7\r\nmodules\r\n*0\r\n");
+    assert!(
+        hello.starts_with(b"%7\r\n$6\r\nserver\r\n"),
+        "{:?}",
+        String::from_utf8_lossy(&hello)
+    );
+    assert!(hello.windows(15).any(|w| w == b"$5\r\nproto\r\n:3\r\n"));
+    roundtrip(&mut h, b"GET a\r\n", b"$1\r\nb\r\n");
+    roundtrip(&mut h, b"GET nope\r\n", b"_\r\n");
+
+    // QUIT works unauthenticated: +OK, then the server closes.
+    let mut q = s.raw();
+    q.write_all(b"QUIT\r\n").unwrap();
+    let (got, end) = read_to_end(&mut q);
+    assert_eq!(got, b"+OK\r\n");
+    assert_eq!(end, ReadEnd::Eof);
+
+    // The redis crate with the password in the URL logs in.
+    let client = redis::Client::open(format!("redis://:s3cret@127.0.0.1:{}/", s.port)).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let v: String = redis::cmd("GET").arg("a").query(&mut con).unwrap();
+    assert_eq!(v, "b");
+    // ...and without it gets NOAUTH.
+    let err = redis::cmd("GET")
+        .arg("a")
+        .query::<String>(&mut s.conn())
+        .unwrap_err();
+    assert_eq!(err.code(), Some("NOAUTH"), "{err}");
+}
