@@ -138,7 +138,10 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                 if let Err(e) = r { return Closed::Io(e) }
                 match try_read(server, stream, &mut rbuf, &decoder) {
                     Ok(0) => return Closed::Normal,
-                    Ok(_) => last_input = Instant::now(),
+                    Ok(_) => {
+                        last_input = Instant::now();
+                        info.last_active_ms.store(info.created.elapsed().as_millis() as u64, Relaxed);
+                    }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) => return Closed::Io(e),
                 }

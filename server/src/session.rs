@@ -1,7 +1,7 @@
 //! Per-connection state, and the registry of connected clients (CLIENT LIST/KILL).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,10 +22,11 @@ pub struct ClientInfo {
     pub name: Mutex<Option<Bytes>>,
     pub lib_name: Mutex<Option<Bytes>>,
     pub lib_ver: Mutex<Option<Bytes>>,
-    /// Milliseconds since `created` of the last command.
+    /// Milliseconds since `created` of the last input (updated once per batch).
     pub last_active_ms: AtomicU64,
-    /// The last command's full name (`client|list`).
-    pub last_cmd: Mutex<&'static str>,
+    /// The last command's id in `cmd::registry().all` (`usize::MAX` before the
+    /// first): an atomic, because it is written on every command.
+    pub last_cmd: AtomicUsize,
     pub proto: AtomicU8,
     /// Pending queued commands (-1 outside MULTI), for the `multi=` field.
     pub multi: AtomicU64,
@@ -60,7 +61,10 @@ impl ClientInfo {
             self.idle_secs(),
             self.qbuf.load(Relaxed),
             self.obuf.load(Relaxed),
-            self.last_cmd.lock(),
+            match self.last_cmd.load(Relaxed) {
+                usize::MAX => "NULL",
+                id => crate::cmd::registry().all[id].name,
+            },
             self.proto.load(Relaxed),
             lossy(&self.lib_name),
             lossy(&self.lib_ver),
@@ -98,7 +102,7 @@ impl Clients {
             lib_name: Mutex::new(None),
             lib_ver: Mutex::new(None),
             last_active_ms: AtomicU64::new(0),
-            last_cmd: Mutex::new("NULL"),
+            last_cmd: AtomicUsize::new(usize::MAX),
             proto: AtomicU8::new(2),
             multi: AtomicU64::new(u64::MAX),
             qbuf: AtomicU64::new(0),

@@ -338,7 +338,7 @@ fn keys(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     for (_, map) in v.shards() {
         for (k, e) in map.iter() {
             if !is_expired(e, now) && (all || glob::matches(pattern, k, false)) {
-                out.push(Frame::Bulk(k.clone()));
+                out.push(Frame::Bulk(k.to_bytes()));
             }
         }
     }
@@ -365,7 +365,7 @@ fn randomkey(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
             if i < m.len() {
                 if let Some((k, e)) = m.get_index(i) {
                     if !is_expired(e, now) {
-                        return Ok(Frame::Bulk(k.clone()));
+                        return Ok(Frame::Bulk(k.to_bytes()));
                     }
                 }
                 break;
@@ -374,7 +374,7 @@ fn randomkey(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
         }
     }
     // Nearly everything is expired: pick uniformly among the live keys, if any.
-    let live: Vec<&Bytes> = maps
+    let live: Vec<&crate::db::Key> = maps
         .iter()
         .flat_map(|m| m.iter())
         .filter(|(_, e)| !is_expired(e, now))
@@ -383,7 +383,7 @@ fn randomkey(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     if live.is_empty() {
         return Ok(Frame::Null);
     }
-    Ok(Frame::Bulk(live[rng.gen_range(0..live.len())].clone()))
+    Ok(Frame::Bulk(live[rng.gen_range(0..live.len())].to_bytes()))
 }
 
 // ---------------------------------------------------------------------------------
@@ -542,7 +542,7 @@ fn scan_step(
             visited += 1;
             if let Some((k, e)) = map.get_index(r as usize) {
                 if filter.keeps(k, e) {
-                    out.push(k.clone());
+                    out.push(k.to_bytes());
                 }
             }
         }

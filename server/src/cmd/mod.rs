@@ -133,12 +133,20 @@ impl<'a, 'v> Ctx<'a, 'v> {
                 LockMode::Read
             };
             let db = &self.server.db;
-            let v = match self.spec.key_indices(self.args) {
-                None => db.view::<&[u8]>(&[], true, mode),
-                Some(idx) => {
-                    let keys: Vec<&[u8]> = idx.iter().map(|&i| &self.args[i][..]).collect();
-                    db.view(&keys, false, mode)
+            let args = self.args;
+            let v = match self.spec.keys {
+                // The common shapes, without collecting key positions first.
+                Keys::Range { first, last, step } if last < 0 || last >= first => {
+                    let end = if last < 0 { args.len() as i64 + last as i64 } else { last as i64 };
+                    let keys = (first as i64..=end.min(args.len() as i64 - 1))
+                        .step_by(step.max(1) as usize)
+                        .map(|i| &args[i as usize][..]);
+                    db.view_of(keys, mode)
                 }
+                _ => match self.spec.key_indices(args) {
+                    None => db.view::<&[u8]>(&[], true, mode),
+                    Some(idx) => db.view_of(idx.iter().map(|&i| &args[i][..]), mode),
+                },
             };
             self.view = ViewSlot::Own(v);
         }
@@ -277,14 +285,7 @@ pub(crate) fn run<'a, 'v>(
     exec_view: Option<&'v mut View<'a>>,
 ) -> Frame {
     let start = Instant::now();
-    {
-        let info = &session.info;
-        *info.last_cmd.lock() = spec.name;
-        info.last_active_ms.store(
-            info.created.elapsed().as_millis() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
-    }
+    session.info.last_cmd.store(id, std::sync::atomic::Ordering::Relaxed);
     let mut ctx = Ctx {
         server,
         session,

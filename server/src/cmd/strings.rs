@@ -388,9 +388,21 @@ fn value_from_client(arg: &[u8]) -> Result<Value, CmdError> {
     Ok(Value::Str(Bytes::copy_from_slice(arg)))
 }
 
+/// Values up to this size are copied into the reply rather than shared.
+const COPY_REPLY_MAX: usize = 512;
+
 /// GET's reply for a live entry: the string (or an idset's table bytes).
+///
+/// Sharing the stored `Bytes` costs an atomic update of its reference count — a
+/// cache line of its own, and on the first share an allocation — while copying a
+/// small value touches only the data the reply needs anyway; large values are
+/// shared, never copied.
 fn get_reply(e: &Entry) -> CmdResult {
-    Ok(Frame::Bulk(e.value().as_get_bytes()?.clone()))
+    let v = e.value().as_get_bytes()?;
+    if v.len() <= COPY_REPLY_MAX {
+        return Ok(Frame::Bulk(Bytes::copy_from_slice(v)));
+    }
+    Ok(Frame::Bulk(v.clone()))
 }
 
 fn int_bytes(n: i64) -> Bytes {

@@ -15,11 +15,10 @@
 //! so it can never remove a key in the middle of a command that uses it, and the
 //! evicted values are freed after the shard lock is released.
 
-use bytes::Bytes;
 use parking_lot::Mutex;
 use rand::Rng;
 
-use super::{Db, Entry, SHARDS};
+use super::{Db, Entry, Key, SHARDS};
 
 /// The `maxmemory-policy` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,7 +62,7 @@ struct Candidate {
     /// Higher goes first: idle ms for LRU, time left inverted for TTL.
     score: u64,
     shard: usize,
-    key: Bytes,
+    key: Key,
 }
 
 /// The eviction pool, shared by every connection that needs room.
@@ -202,6 +201,7 @@ impl Evictor {
 mod tests {
     use super::*;
     use crate::db::{LockMode, Value};
+    use bytes::Bytes;
 
     fn fill(db: &Db, n: usize, ttl_every: usize) -> Vec<Vec<u8>> {
         let keys: Vec<Vec<u8>> = (0..n).map(|i| format!("k{i}").into_bytes()).collect();

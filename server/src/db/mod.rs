@@ -15,6 +15,7 @@ mod entry;
 pub mod evict;
 pub mod expire;
 mod idset;
+mod key;
 mod shard;
 mod view;
 
@@ -26,6 +27,7 @@ use parking_lot::RwLock;
 
 pub use entry::{Entry, Value};
 pub use idset::IdSet;
+pub use key::Key;
 pub use shard::{Lookup, ShardMap, WatchFlag};
 pub use view::{LockMode, View};
 
@@ -106,11 +108,16 @@ impl Db {
     /// Locks the shards owning `keys` (all shards if `all`) and returns the view a
     /// command works through.
     pub fn view<'a, K: AsRef<[u8]>>(&'a self, keys: &[K], all: bool, mode: LockMode) -> View<'a> {
-        let mut idx: Vec<usize> = if all {
-            (0..SHARDS).collect()
-        } else {
-            keys.iter().map(|k| self.shard_index(k.as_ref())).collect()
-        };
+        if all {
+            let idx: Vec<usize> = (0..SHARDS).collect();
+            return View::lock(self, &idx, mode);
+        }
+        self.view_of(keys.iter().map(|k| k.as_ref()), mode)
+    }
+
+    /// Locks the shards owning `keys`; allocation-free for a handful of keys.
+    pub fn view_of<'a, 'k>(&'a self, keys: impl Iterator<Item = &'k [u8]>, mode: LockMode) -> View<'a> {
+        let mut idx: smallvec::SmallVec<[usize; 8]> = keys.map(|k| self.shard_index(k)).collect();
         idx.sort_unstable();
         idx.dedup();
         View::lock(self, &idx, mode)

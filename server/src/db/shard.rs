@@ -12,6 +12,7 @@ use bytes::Bytes;
 use indexmap::{IndexMap, IndexSet};
 
 use super::entry::{Entry, Value};
+use super::key::Key;
 
 /// What a WATCHing connection shares with the shards: set when a watched key changes.
 pub type WatchFlag = Arc<AtomicBool>;
@@ -20,9 +21,9 @@ pub type WatchFlag = Arc<AtomicBool>;
 pub struct ShardMap {
     /// `IndexMap` rather than a plain hash map: dense storage gives O(1) random
     /// sampling (RANDOMKEY, eviction) and a position-based SCAN cursor.
-    map: IndexMap<Bytes, Entry, RandomState>,
+    map: IndexMap<Key, Entry, RandomState>,
     /// Keys with an expiry, for the active expiry cycle's random sampling.
-    volatile: IndexSet<Bytes, RandomState>,
+    volatile: IndexSet<Key, RandomState>,
     /// Keys some connection WATCHes, and the flags to raise when they change.
     watched: ahash::HashMap<Bytes, Vec<WatchFlag>>,
 }
@@ -77,7 +78,7 @@ impl ShardMap {
         };
         // Copy the key: the caller's bytes are a slice of a connection's read buffer,
         // and keeping a reference would pin that whole buffer for the key's lifetime.
-        let owned = Bytes::copy_from_slice(key);
+        let owned = Key::copy_from(key);
         if expire_at != 0 {
             self.volatile.insert(owned.clone());
         }
@@ -107,7 +108,7 @@ impl ShardMap {
         true
     }
 
-    fn index_expiry(&mut self, key: &Bytes, old: u64, new: u64) {
+    fn index_expiry(&mut self, key: &Key, old: u64, new: u64) {
         match (old != 0, new != 0) {
             (false, true) => {
                 self.volatile.insert(key.clone());
@@ -131,16 +132,16 @@ impl ShardMap {
     }
 
     /// The entry at dense position `idx` (SCAN, RANDOMKEY, sampling).
-    pub fn get_index(&self, idx: usize) -> Option<(&Bytes, &Entry)> {
+    pub fn get_index(&self, idx: usize) -> Option<(&Key, &Entry)> {
         self.map.get_index(idx)
     }
 
     /// A volatile key at dense position `idx` of the expiry index.
-    pub fn volatile_key(&self, idx: usize) -> Option<&Bytes> {
+    pub fn volatile_key(&self, idx: usize) -> Option<&Key> {
         self.volatile.get_index(idx)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &Entry)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&Key, &Entry)> {
         self.map.iter()
     }
 

@@ -8,6 +8,7 @@
 use std::cell::Cell;
 
 use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
+use smallvec::SmallVec;
 
 use super::{now_ms, Db, Entry, Lookup, ShardMap, Value};
 
@@ -23,10 +24,14 @@ enum Guard<'a> {
     Write(RwLockWriteGuard<'a, ShardMap>),
 }
 
+/// Most commands touch one key: their guards fit inline, so taking a view does not
+/// allocate.
+type Guards<'a> = SmallVec<[(usize, Guard<'a>); 2]>;
+
 pub struct View<'a> {
     db: &'a Db,
     /// (shard index, guard), sorted by shard index.
-    guards: Vec<(usize, Guard<'a>)>,
+    guards: Guards<'a>,
     now_ms: u64,
     lru: u32,
     /// Keys removed because they had expired; the caller adds them to the stats.
