@@ -343,3 +343,38 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Members),
     ]
 }
+
+#[test]
+fn info_idsets_and_memory_usage_report_real_figures() {
+    let s = TestServer::start();
+    let mut con = s.conn();
+    let field = |con: &mut Connection, name: &str| -> f64 {
+        let info: String = redis::cmd("INFO").arg("idsets").query(con).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("no {name} in {info}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(field(&mut con, "idset_tables"), 0.0);
+    let a = Builder::new().build(&(1..=1000).collect::<Vec<u64>>());
+    let () = redis::cmd("SET").arg("a").arg(&a).query(&mut con).unwrap();
+    let _: i64 = redis::cmd("SADD").arg("b").arg(&[1, 2, 3]).query(&mut con).unwrap();
+    assert_eq!(field(&mut con, "idset_tables"), 2.0);
+    assert_eq!(field(&mut con, "idset_ids"), 1003.0);
+    let bytes = field(&mut con, "idset_bytes");
+    let b_len: Vec<u8> = redis::cmd("GET").arg("b").query(&mut con).unwrap();
+    assert_eq!(bytes as usize, a.len() + b_len.len());
+    let load = field(&mut con, "idset_avg_load_factor");
+    assert!(load > 0.5 && load <= 0.9, "load {load}");
+    // In-place changes and deletes move the totals.
+    let _: i64 = redis::cmd("IDSET.ADD").arg("a").arg(&[5000, 5001]).query(&mut con).unwrap();
+    assert_eq!(field(&mut con, "idset_ids"), 1005.0);
+    let _: i64 = redis::cmd("DEL").arg("a").query(&mut con).unwrap();
+    assert_eq!(field(&mut con, "idset_tables"), 1.0);
+    assert_eq!(field(&mut con, "idset_ids"), 3.0);
+    // MEMORY USAGE counts the whole table.
+    let usage: i64 = redis::cmd("MEMORY").arg("USAGE").arg("b").query(&mut con).unwrap();
+    assert!(usage as usize >= b_len.len() && usage as usize <= b_len.len() + 256, "usage {usage}");
+}

@@ -63,6 +63,39 @@ impl Counter {
     }
 }
 
+/// A striped signed gauge (a value that goes up and down), summed on read.
+pub struct Gauge {
+    slots: [GaugeSlot; STRIPES],
+}
+
+#[repr(align(128))]
+#[derive(Default)]
+struct GaugeSlot(std::sync::atomic::AtomicI64);
+
+impl Gauge {
+    pub const fn new() -> Gauge {
+        #[allow(clippy::declare_interior_mutable_const)]
+        const ZERO: GaugeSlot = GaugeSlot(std::sync::atomic::AtomicI64::new(0));
+        Gauge { slots: [ZERO; STRIPES] }
+    }
+
+    pub fn add(&self, delta: i64) {
+        if delta != 0 {
+            self.slots[stripe()].0.fetch_add(delta, Relaxed);
+        }
+    }
+
+    pub fn get(&self) -> i64 {
+        self.slots.iter().map(|s| s.0.load(Relaxed)).sum()
+    }
+}
+
+impl Default for Gauge {
+    fn default() -> Self {
+        Gauge::new()
+    }
+}
+
 /// The `INFO stats` counters.
 #[derive(Default)]
 pub struct Stats {

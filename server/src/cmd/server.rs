@@ -376,12 +376,13 @@ enum Section {
     Latencystats,
     Cluster,
     Keyspace,
+    Idsets,
 }
 
 /// Every section in Redis's output order: (section, name as selected, header,
 /// part of the default set). The reply follows this order whatever order the
 /// client asked in.
-const SECTIONS: [(Section, &str, &str, bool); 13] = [
+const SECTIONS: [(Section, &str, &str, bool); 14] = [
     (Section::Server, "server", "Server", true),
     (Section::Clients, "clients", "Clients", true),
     (Section::Memory, "memory", "Memory", true),
@@ -395,6 +396,7 @@ const SECTIONS: [(Section, &str, &str, bool); 13] = [
     (Section::Latencystats, "latencystats", "Latencystats", false),
     (Section::Cluster, "cluster", "Cluster", true),
     (Section::Keyspace, "keyspace", "Keyspace", true),
+    (Section::Idsets, "idsets", "Idsets", true),
 ];
 
 /// Which sections `INFO args…` selects. Unknown names select nothing (Redis
@@ -448,11 +450,22 @@ fn info(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
                     let _ = write!(out, "db0:keys={keys},expires={expires},avg_ttl=0\r\n");
                 }
             }
+            Section::Idsets => info_idsets(&mut out),
             // No modules; per-error-code and latency-percentile tables are not kept.
             Section::Modules | Section::Errorstats | Section::Latencystats => {}
         }
     }
     Ok(Frame::Verbatim { format: *b"txt", text: Bytes::from(out) })
+}
+
+/// relcache's own section: the idset tables, from totals kept as they change.
+fn info_idsets(out: &mut String) {
+    let t = &crate::db::IDSET_TOTALS;
+    let (tables, ids, slots, used, bytes) = (t.tables.get(), t.ids.get(), t.slots.get(), t.used_slots.get(), t.bytes.get());
+    let _ = write!(out, "idset_tables:{tables}\r\nidset_ids:{ids}\r\nidset_bytes:{bytes}\r\n");
+    let per_id = if ids > 0 { bytes as f64 / ids as f64 } else { 0.0 };
+    let load = if slots > 0 { used as f64 / slots as f64 } else { 0.0 };
+    let _ = write!(out, "idset_bytes_per_id:{per_id:.2}\r\nidset_avg_load_factor:{load:.4}\r\n");
 }
 
 fn read_trimmed(path: &str) -> Option<String> {
@@ -1097,7 +1110,7 @@ mod tests {
 
     #[test]
     fn section_selection() {
-        let names = |w: [bool; 13]| SECTIONS.iter().zip(w).filter(|(_, w)| *w).map(|(s, _)| s.1).collect::<Vec<_>>();
+        let names = |w: [bool; 14]| SECTIONS.iter().zip(w).filter(|(_, w)| *w).map(|(s, _)| s.1).collect::<Vec<_>>();
         let default = names(selected_sections(&[]));
         assert!(default.contains(&"keyspace") && !default.contains(&"commandstats"));
         assert_eq!(names(selected_sections(&args(&["default"]))), default);

@@ -15,15 +15,80 @@
 use bytes::{Bytes, BytesMut};
 use relcache_protocol::idset::{rebuild, Builder, TableMut, TableRef};
 
+use crate::stats::Gauge;
+
 /// A table shrinks when fewer than 1/SHRINK_RATIO of its slots hold members.
 const SHRINK_RATIO: u64 = 8;
 /// Tables this small are never shrunk: it would save little and churn a lot.
 const SHRINK_MIN_CAPACITY: u32 = 1024;
 
 /// An idset value: a table known to be valid.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct IdSet {
     table: Bytes,
+}
+
+/// Totals over every idset value alive, for INFO's idsets section: kept as the
+/// values change (each in-place update adjusts them by its delta), so reading them
+/// costs nothing and takes no lock.
+pub struct Totals {
+    pub tables: Gauge,
+    /// Ids held, the two flag ids included.
+    pub ids: Gauge,
+    /// Slots of all tables (the denominator of the average load factor).
+    pub slots: Gauge,
+    /// Ids in slots and deleted slots: what fills a table's capacity.
+    pub used_slots: Gauge,
+    pub bytes: Gauge,
+}
+
+/// The process-wide idset totals.
+pub static TOTALS: Totals = Totals {
+    tables: Gauge::new(),
+    ids: Gauge::new(),
+    slots: Gauge::new(),
+    used_slots: Gauge::new(),
+    bytes: Gauge::new(),
+};
+
+/// (ids, slots, used slots, bytes) of one table.
+type Footprint = [i64; 4];
+
+impl IdSet {
+    fn footprint(&self) -> Footprint {
+        // Tolerant: a value taken apart mid-update (an empty buffer) counts as nothing.
+        let Ok(t) = TableRef::open(&self.table) else { return [0; 4] };
+        [t.len() as i64, i64::from(t.capacity()), i64::from(t.count()) + i64::from(t.deleted()), self.table.len() as i64]
+    }
+
+    fn account(&self, sign: i64, before: Option<Footprint>) {
+        let now = self.footprint();
+        let before = before.unwrap_or([0; 4]);
+        let t = &TOTALS;
+        for (g, (n, b)) in [&t.ids, &t.slots, &t.used_slots, &t.bytes].into_iter().zip(now.iter().zip(before)) {
+            g.add(sign * (n - b));
+        }
+    }
+
+    fn counted(table: Bytes) -> IdSet {
+        let s = IdSet { table };
+        TOTALS.tables.add(1);
+        s.account(1, None);
+        s
+    }
+}
+
+impl Clone for IdSet {
+    fn clone(&self) -> IdSet {
+        IdSet::counted(self.table.clone())
+    }
+}
+
+impl Drop for IdSet {
+    fn drop(&mut self) {
+        TOTALS.tables.add(-1);
+        self.account(-1, None);
+    }
 }
 
 impl IdSet {
@@ -31,12 +96,12 @@ impl IdSet {
     /// builder produced).
     pub fn from_valid(table: Bytes) -> IdSet {
         debug_assert!(TableRef::open(&table).is_ok());
-        IdSet { table }
+        IdSet::counted(table)
     }
 
     /// A new set of `ids`.
     pub fn build(ids: &[u64]) -> IdSet {
-        IdSet { table: Builder::new().build(ids).into() }
+        IdSet::counted(Builder::new().build(ids).into())
     }
 
     /// The table, for reads.
@@ -86,11 +151,14 @@ impl IdSet {
 
     /// Replaces the table with a rebuilt one (from [`plan_rebuild`](Self::plan_rebuild)).
     pub fn replace(&mut self, table: Bytes) {
+        let before = self.footprint();
         self.table = table;
+        self.account(1, Some(before));
     }
 
     /// Adds `ids`; returns how many were new.
     pub fn insert_many(&mut self, ids: &[u64]) -> u64 {
+        let before = self.footprint();
         let mut added = 0;
         let mut buf = self.take_mut();
         let mut i = 0;
@@ -109,12 +177,20 @@ impl IdSet {
             }
         }
         self.table = buf.freeze();
+        self.account(1, Some(before));
         added
     }
 
     /// Removes `ids`; returns how many were members. Shrinks a table left mostly
     /// empty, so a set that lost most of its members gives the memory back.
     pub fn remove_many(&mut self, ids: &[u64]) -> u64 {
+        let before = self.footprint();
+        let removed = self.remove_inner(ids);
+        self.account(1, Some(before));
+        removed
+    }
+
+    fn remove_inner(&mut self, ids: &[u64]) -> u64 {
         let mut buf = self.take_mut();
         let mut table = TableMut::open(&mut buf).expect("stored tables are valid");
         let removed = ids.iter().filter(|&&id| table.remove(id)).count() as u64;

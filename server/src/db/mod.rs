@@ -26,7 +26,7 @@ use ahash::RandomState;
 use parking_lot::RwLock;
 
 pub use entry::{Entry, Value};
-pub use idset::IdSet;
+pub use idset::{IdSet, TOTALS as IDSET_TOTALS};
 pub use key::Key;
 pub use shard::{Lookup, ShardMap, WatchFlag};
 pub use view::{LockMode, View};
