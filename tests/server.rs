@@ -83,10 +83,11 @@ fn info_reports_version_and_every_section() {
             "# Errorstats",
             "# Latencystats",
             "# Cluster",
-            "# Keyspace"
+            "# Keyspace",
+            "# Idsets"
         ]
     );
-    assert_eq!(info(&mut con, "everything").lines().filter(|l| l.starts_with("# ")).count(), 13);
+    assert_eq!(info(&mut con, "everything").lines().filter(|l| l.starts_with("# ")).count(), 14);
 
     // The default set leaves out commandstats and latencystats; order is Redis's, not
     // the request's; an unknown section gives an empty text.

@@ -89,8 +89,8 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                 Ok(false) => break,
                 Err(e) => {
                     Frame::error(format!("ERR {e}")).encode(session.proto, &mut wbuf);
-                    let _ = try_write(server, stream, &mut wbuf);
                     tracing::debug!(client = info.id, error = %e, "protocol error, closing");
+                    lingering_close(server, stream, &mut wbuf).await;
                     return Closed::Normal;
                 }
             }
@@ -159,6 +159,46 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
             }
         }
     }
+}
+
+/// Sends what is pending (the error that explains the close), then reads and
+/// discards the client's input for a moment before closing. Closing a socket with
+/// unread input makes the kernel send a reset, which can destroy the error reply
+/// before the client reads it; draining first lets it arrive, followed by a clean
+/// EOF. Bounded in time and bytes, so a client cannot keep the task alive.
+async fn lingering_close(server: &Server, stream: &TcpStream, wbuf: &mut BytesMut) {
+    const LINGER: Duration = Duration::from_secs(2);
+    const MAX_DRAIN: usize = 64 * 1024 * 1024;
+    let deadline = Instant::now() + LINGER;
+    let mut sink = [0u8; 16 * 1024];
+    let mut drained = 0;
+    while Instant::now() < deadline && drained < MAX_DRAIN {
+        if !wbuf.is_empty() {
+            if try_write(server, stream, wbuf).is_err() {
+                return;
+            }
+            if !wbuf.is_empty() {
+                let _ = tokio::time::timeout_at(deadline, stream.writable()).await;
+                continue;
+            }
+            // All written: half-close so the client sees EOF after the error.
+            let _ = socket_shutdown_write(stream);
+        }
+        match tokio::time::timeout_at(deadline, stream.readable()).await {
+            Ok(Ok(())) => match stream.try_read(&mut sink) {
+                Ok(0) => return,
+                Ok(n) => drained += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            },
+            _ => return,
+        }
+    }
+}
+
+fn socket_shutdown_write(stream: &TcpStream) -> io::Result<()> {
+    let sock = socket2::SockRef::from(stream);
+    sock.shutdown(std::net::Shutdown::Write)
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

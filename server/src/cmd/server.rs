@@ -1114,7 +1114,7 @@ mod tests {
         let default = names(selected_sections(&[]));
         assert!(default.contains(&"keyspace") && !default.contains(&"commandstats"));
         assert_eq!(names(selected_sections(&args(&["default"]))), default);
-        assert_eq!(names(selected_sections(&args(&["ALL"]))).len(), 13);
+        assert_eq!(names(selected_sections(&args(&["ALL"]))).len(), 14);
         assert_eq!(names(selected_sections(&args(&["keyspace", "CPU"]))), ["cpu", "keyspace"]);
         assert!(names(selected_sections(&args(&["nosuch"]))).is_empty());
     }
