@@ -13,8 +13,11 @@ use relcache_protocol::resp::{
 
 /// Text for a simple string or error: anything but CR and LF.
 fn line_text() -> impl Strategy<Value = Bytes> {
-    vec(any::<u8>().prop_filter("no CR/LF", |b| *b != b'\r' && *b != b'\n'), 0..12)
-        .prop_map(Bytes::from)
+    vec(
+        any::<u8>().prop_filter("no CR/LF", |b| *b != b'\r' && *b != b'\n'),
+        0..12,
+    )
+    .prop_map(Bytes::from)
 }
 
 fn binary(max: usize) -> impl Strategy<Value = Bytes> {
@@ -73,7 +76,10 @@ fn chunks(data: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
     points.push(0);
     points.push(data.len());
     points.sort_unstable();
-    points.windows(2).map(|w| data[w[0]..w[1]].to_vec()).collect()
+    points
+        .windows(2)
+        .map(|w| data[w[0]..w[1]].to_vec())
+        .collect()
 }
 
 /// Decodes the chunks in order with one `ReplyDecoder`; the frames, then the bytes

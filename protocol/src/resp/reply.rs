@@ -223,7 +223,9 @@ impl ReplyDecoder {
             return Ok(None);
         };
         let max_line = match kind {
-            b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => self.limits.max_bulk_len.saturating_add(1),
+            b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => {
+                self.limits.max_bulk_len.saturating_add(1)
+            }
             b'$' | b'!' | b'=' | b'*' | b'%' | b'~' | b'>' | b'|' => MAX_HEADER_LINE,
             _ => {
                 return Err(ProtocolError(format!(
@@ -232,7 +234,13 @@ impl ReplyDecoder {
                 )))
             }
         };
-        let Some(cr) = find_cr(buf, start, &mut self.scanned, max_line, "too big reply line")?
+        let Some(cr) = find_cr(
+            buf,
+            start,
+            &mut self.scanned,
+            max_line,
+            "too big reply line",
+        )?
         else {
             return Ok(None);
         };
@@ -356,7 +364,11 @@ mod tests {
             if matches!(first, Ok(None)) {
                 buf.extend_from_slice(&input[split..]);
                 let second = decoder.decode(&mut buf);
-                assert_eq!(second, whole.clone().map(|r| r.map(|(f, _)| f)), "split {split}");
+                assert_eq!(
+                    second,
+                    whole.clone().map(|r| r.map(|(f, _)| f)),
+                    "split {split}"
+                );
             }
         }
         let mut decoder = ReplyDecoder::new(limits);
@@ -369,7 +381,11 @@ mod tests {
                 break;
             }
         }
-        assert_eq!(result, whole.clone().map(|r| r.map(|(f, _)| f)), "byte at a time");
+        assert_eq!(
+            result,
+            whole.clone().map(|r| r.map(|(f, _)| f)),
+            "byte at a time"
+        );
         whole
     }
 
@@ -438,7 +454,10 @@ mod tests {
                 (Frame::simple("b"), Frame::Set(vec![Frame::Boolean(true)])),
             ])
         );
-        assert_eq!(ok(b">2\r\n+x\r\n_\r\n"), Frame::Push(vec![Frame::simple("x"), Frame::Null]));
+        assert_eq!(
+            ok(b">2\r\n+x\r\n_\r\n"),
+            Frame::Push(vec![Frame::simple("x"), Frame::Null])
+        );
         assert_eq!(ok(b"%0\r\n"), Frame::Map(vec![]));
     }
 
@@ -469,14 +488,23 @@ mod tests {
     #[test]
     fn errors() {
         assert_eq!(err(b"?\r\n"), "Protocol error: invalid reply type byte '?'");
-        assert_eq!(err(b"\x01"), "Protocol error: invalid reply type byte '\\x01'");
+        assert_eq!(
+            err(b"\x01"),
+            "Protocol error: invalid reply type byte '\\x01'"
+        );
         assert_eq!(err(b":1x\r\n"), "Protocol error: invalid integer");
         assert_eq!(err(b":\r\n"), "Protocol error: invalid integer");
-        assert_eq!(err(b"+OK\rx"), "Protocol error: expected CRLF after reply line");
+        assert_eq!(
+            err(b"+OK\rx"),
+            "Protocol error: expected CRLF after reply line"
+        );
         assert_eq!(err(b"$-2\r\n"), "Protocol error: invalid bulk length");
         assert_eq!(err(b"$?\r\n"), "Protocol error: invalid bulk length");
         assert_eq!(err(b"!-1\r\n"), "Protocol error: invalid bulk length");
-        assert_eq!(err(b"$1\r\nab\r\n"), "Protocol error: expected CRLF after bulk data");
+        assert_eq!(
+            err(b"$1\r\nab\r\n"),
+            "Protocol error: expected CRLF after bulk data"
+        );
         assert_eq!(err(b"*-2\r\n"), "Protocol error: invalid multibulk length");
         assert_eq!(err(b"%-1\r\n"), "Protocol error: invalid multibulk length");
         assert_eq!(err(b"_x\r\n"), "Protocol error: invalid null");
@@ -484,7 +512,10 @@ mod tests {
         assert_eq!(err(b",1.5x\r\n"), "Protocol error: invalid double");
         assert_eq!(err(b",infinity\r\n"), "Protocol error: invalid double");
         assert_eq!(err(b"(12a\r\n"), "Protocol error: invalid big number");
-        assert_eq!(err(b"=3\r\ntxt\r\n"), "Protocol error: invalid verbatim string");
+        assert_eq!(
+            err(b"=3\r\ntxt\r\n"),
+            "Protocol error: invalid verbatim string"
+        );
     }
 
     #[test]
@@ -499,12 +530,18 @@ mod tests {
         assert_eq!(e(b"$5\r\n"), "Protocol error: invalid bulk length");
         assert_eq!(e(b"*3\r\n"), "Protocol error: invalid multibulk length");
         assert_eq!(e(b"%3\r\n"), "Protocol error: invalid multibulk length");
-        assert_eq!(e(b"*1\r\n*1\r\n*0\r\n"), "Protocol error: too deeply nested reply");
+        assert_eq!(
+            e(b"*1\r\n*1\r\n*0\r\n"),
+            "Protocol error: too deeply nested reply"
+        );
         assert_eq!(e(b"+12345"), "Protocol error: too big reply line");
         assert!(parse(b"*1\r\n*1\r\n:1\r\n", limits).unwrap().is_some());
         assert!(parse(b"+1234\r\n", limits).unwrap().is_some());
         let huge = parse_frame(b"*999999999999999\r\n", &Limits::default());
-        assert_eq!(huge.unwrap_err().to_string(), "Protocol error: invalid multibulk length");
+        assert_eq!(
+            huge.unwrap_err().to_string(),
+            "Protocol error: invalid multibulk length"
+        );
         // A large but allowed count reserves a bounded number of slots.
         let mut decoder = ReplyDecoder::default();
         let mut buf = BytesMut::from(&b"*1000000\r\n:1\r\n"[..]);

@@ -30,8 +30,12 @@
 //!   and header lines must end in CRLF, not a lone CR;
 //! - line limits apply to the whole line, whether or not its terminator has arrived,
 //!   so the verdict on a stream does not depend on how it was split into reads
-//!   (Redis checks the limit only while the terminator is still missing);
-//! - a NUL byte in an inline command is an ordinary byte (Redis stops the line there).
+//!   (Redis checks the limit only while the terminator is still missing).
+//!
+//! Two smaller differences: a NUL byte in an inline command is an ordinary byte
+//! (Redis ends the line there), and in `expected '$', got 'X'` a byte that is not
+//! printable ASCII is written as an escape (`'\r'`, `'\xff'`), where Redis copies it
+//! raw into the error line.
 
 use std::ops::Range;
 
@@ -211,9 +215,14 @@ enum Parsed {
     Incomplete,
     /// A multibulk request of `len` bytes; its arguments are `Progress::args` (none
     /// for `*0` and `*-1`).
-    Multibulk { len: usize },
+    Multibulk {
+        len: usize,
+    },
     /// An inline request of `len` bytes, newline included; no words for a blank line.
-    Inline { len: usize, args: Vec<Vec<u8>> },
+    Inline {
+        len: usize,
+        args: Vec<Vec<u8>>,
+    },
 }
 
 /// How far into the request at the front of the buffer parsing has got. All offsets
@@ -269,8 +278,7 @@ impl Progress {
                         .filter(|&n| n <= limits.max_multibulk_len),
                     None => None,
                 };
-                let count =
-                    count.ok_or_else(|| ProtocolError::new("invalid multibulk length"))?;
+                let count = count.ok_or_else(|| ProtocolError::new("invalid multibulk length"))?;
                 self.count = Some(count);
                 self.pos = len;
                 self.scanned = len;
@@ -293,7 +301,8 @@ impl Progress {
                         )));
                     }
                     let too_big = "too big bulk count string";
-                    let Some(cr) = find_cr(buf, start, &mut self.scanned, MAX_HEADER_LINE, too_big)?
+                    let Some(cr) =
+                        find_cr(buf, start, &mut self.scanned, MAX_HEADER_LINE, too_big)?
                     else {
                         return Ok(Parsed::Incomplete);
                     };
@@ -336,7 +345,11 @@ impl Progress {
             return Ok(Parsed::Incomplete);
         };
         let lf = from + lf;
-        let end = if lf > 0 && buf[lf - 1] == b'\r' { lf - 1 } else { lf };
+        let end = if lf > 0 && buf[lf - 1] == b'\r' {
+            lf - 1
+        } else {
+            lf
+        };
         if end > max {
             return Err(too_big());
         }
@@ -551,8 +564,7 @@ mod tests {
     }
 
     fn ok(input: &[u8]) -> Requests {
-        let requests = decode_every_split(input, Limits::default()).unwrap();
-        requests
+        decode_every_split(input, Limits::default()).unwrap()
     }
 
     fn err(input: &[u8], limits: Limits) -> String {
@@ -560,7 +572,9 @@ mod tests {
     }
 
     fn words(list: &[&[&[u8]]]) -> Requests {
-        list.iter().map(|r| r.iter().map(|a| a.to_vec()).collect()).collect()
+        list.iter()
+            .map(|r| r.iter().map(|a| a.to_vec()).collect())
+            .collect()
     }
 
     #[test]
@@ -579,7 +593,10 @@ mod tests {
 
     #[test]
     fn empty_requests_are_skipped() {
-        assert_eq!(ok(b"*0\r\n*-1\r\n\r\n\n  \t\r\n*1\r\n$1\r\nx\r\n"), words(&[&[b"x"]]));
+        assert_eq!(
+            ok(b"*0\r\n*-1\r\n\r\n\n  \t\r\n*1\r\n$1\r\nx\r\n"),
+            words(&[&[b"x"]])
+        );
         let (requests, rest) = feed(&[b"*0\r\n\r\n"], Limits::default()).unwrap();
         assert!(requests.is_empty());
         assert!(rest.is_empty(), "skipped requests are consumed");
@@ -590,7 +607,10 @@ mod tests {
         let (requests, rest) = feed(&[b"*2\r\n$3\r\nGET\r\n$1"], Limits::default()).unwrap();
         assert!(requests.is_empty());
         assert_eq!(rest, b"*2\r\n$3\r\nGET\r\n$1");
-        assert_eq!(parse_request(b"*2\r\n$3\r\nGET\r\n", &Limits::default()), Ok(None));
+        assert_eq!(
+            parse_request(b"*2\r\n$3\r\nGET\r\n", &Limits::default()),
+            Ok(None)
+        );
     }
 
     #[test]
@@ -616,7 +636,10 @@ mod tests {
     fn split_args_like_sdssplitargs() {
         let split = |s: &[u8]| split_args(s);
         assert_eq!(split(b""), Some(vec![]));
-        assert_eq!(split(b"\"\\a\\b\\t\\r\\q\\\\\""), Some(vec![b"\x07\x08\t\rq\\".to_vec()]));
+        assert_eq!(
+            split(b"\"\\a\\b\\t\\r\\q\\\\\""),
+            Some(vec![b"\x07\x08\t\rq\\".to_vec()])
+        );
         assert_eq!(split(b"'a\\nb'"), Some(vec![b"a\\nb".to_vec()]));
         assert_eq!(split(b"\"abc"), None);
         assert_eq!(split(b"'abc"), None);
@@ -640,10 +663,22 @@ mod tests {
         assert_eq!(e(b"*1\r\n$-1\r\n"), "Protocol error: invalid bulk length");
         assert_eq!(e(b"*1\r\n$01\r\n"), "Protocol error: invalid bulk length");
         assert_eq!(e(b"*1\r\n:1\r\n"), "Protocol error: expected '$', got ':'");
-        assert_eq!(e(b"*2\r\n$1\r\na\r\n\r\n"), "Protocol error: expected '$', got '\\r'");
-        assert_eq!(e(b"*1\r\n$1\r\nab\r\n"), "Protocol error: expected CRLF after bulk data");
-        assert_eq!(e(b"\"abc\r\n"), "Protocol error: unbalanced quotes in request");
-        assert_eq!(e(b"a 'b'c\r\n"), "Protocol error: unbalanced quotes in request");
+        assert_eq!(
+            e(b"*2\r\n$1\r\na\r\n\r\n"),
+            "Protocol error: expected '$', got '\\r'"
+        );
+        assert_eq!(
+            e(b"*1\r\n$1\r\nab\r\n"),
+            "Protocol error: expected CRLF after bulk data"
+        );
+        assert_eq!(
+            e(b"\"abc\r\n"),
+            "Protocol error: unbalanced quotes in request"
+        );
+        assert_eq!(
+            e(b"a 'b'c\r\n"),
+            "Protocol error: unbalanced quotes in request"
+        );
     }
 
     #[test]
@@ -657,18 +692,34 @@ mod tests {
         let e = |input: &[u8]| err(input, limits);
         assert_eq!(e(b"*4\r\n"), "Protocol error: invalid multibulk length");
         assert_eq!(e(b"*1\r\n$11\r\n"), "Protocol error: invalid bulk length");
-        assert_eq!(e(b"123456789\r\n"), "Protocol error: too big inline request");
+        assert_eq!(
+            e(b"123456789\r\n"),
+            "Protocol error: too big inline request"
+        );
         assert_eq!(e(b"123456789\r"), "Protocol error: too big inline request");
-        assert_eq!(decode_every_split(b"123456789", limits), Ok(vec![]), "might be 8 + CR");
-        assert_eq!(decode_every_split(b"12345678\r\n", limits).unwrap().len(), 1);
-        assert_eq!(decode_every_split(b"*3\r\n$10\r\n0123456789\r\n", limits), Ok(vec![]));
+        assert_eq!(
+            decode_every_split(b"123456789", limits),
+            Ok(vec![]),
+            "might be 8 + CR"
+        );
+        assert_eq!(
+            decode_every_split(b"12345678\r\n", limits).unwrap().len(),
+            1
+        );
+        assert_eq!(
+            decode_every_split(b"*3\r\n$10\r\n0123456789\r\n", limits),
+            Ok(vec![])
+        );
 
         let huge = b"*1\r\n$999999999999\r\n";
         assert_eq!(e(huge), "Protocol error: invalid bulk length");
         let mut decoder = RequestDecoder::new(Limits::default());
         let mut buf = BytesMut::from(&huge[..]);
         assert!(decoder.decode(&mut buf, &mut Vec::new()).is_err());
-        assert!(buf.capacity() < 1024, "nothing reserved for the announced data");
+        assert!(
+            buf.capacity() < 1024,
+            "nothing reserved for the announced data"
+        );
     }
 
     #[test]
@@ -696,7 +747,10 @@ mod tests {
         let mut args = Vec::new();
         assert!(decoder.decode(&mut buf, &mut args).unwrap());
         // "GET\r\n$3\r\n" lies between the two arguments.
-        assert_eq!(args[1].as_ptr() as usize - args[0].as_ptr() as usize, 3 + 2 + 4);
+        assert_eq!(
+            args[1].as_ptr() as usize - args[0].as_ptr() as usize,
+            3 + 2 + 4
+        );
     }
 
     #[test]

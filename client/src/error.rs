@@ -1,0 +1,88 @@
+//! The client's error type.
+
+use relcache_protocol::resp::ProtocolError;
+
+/// What can go wrong on a call.
+///
+/// Only [`Error::Server`] leaves the connection usable: after any other error the
+/// [`Client`](crate::Client) answers every call with [`Error::Closed`], and the
+/// caller should connect again ([`is_connection_lost`](Self::is_connection_lost)).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Connecting, reading or writing failed.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    /// The server sent bytes that are not valid RESP, or a reply over the limits.
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
+    /// The server answered with an error reply, e.g. `WRONGTYPE Operation against a
+    /// key holding the wrong kind of value`. The connection stays usable.
+    #[error("{0}")]
+    Server(String),
+    /// The connection is closed: the server closed it, or an earlier error, or a
+    /// call whose future was dropped before it finished, left it out of step.
+    #[error("connection closed")]
+    Closed,
+    /// A command with no arguments: it has no name, and a server would skip it
+    /// without a reply. Nothing was sent.
+    #[error("a command needs at least one argument, its name")]
+    EmptyCommand,
+}
+
+impl Error {
+    /// Whether connecting, reading or writing failed.
+    pub fn is_io(&self) -> bool {
+        matches!(self, Error::Io(_))
+    }
+
+    /// Whether the server sent something that is not valid RESP.
+    pub fn is_protocol(&self) -> bool {
+        matches!(self, Error::Protocol(_))
+    }
+
+    /// Whether the server answered with an error reply.
+    pub fn is_server(&self) -> bool {
+        matches!(self, Error::Server(_))
+    }
+
+    /// Whether the connection is closed (see [`Error::Closed`]).
+    pub fn is_closed(&self) -> bool {
+        matches!(self, Error::Closed)
+    }
+
+    /// Whether the connection is gone and the caller must connect again: true for
+    /// I/O and protocol errors and a closed connection.
+    pub fn is_connection_lost(&self) -> bool {
+        matches!(self, Error::Io(_) | Error::Protocol(_) | Error::Closed)
+    }
+
+    /// The code of a server error, its first word: `ERR`, `WRONGTYPE`, `NOPROTO`, …
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            Error::Server(text) => text.split(' ').next(),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn predicates() {
+        let server = Error::Server("WRONGTYPE Operation against a key".into());
+        assert!(server.is_server() && !server.is_connection_lost());
+        assert_eq!(server.code(), Some("WRONGTYPE"));
+        assert_eq!(server.to_string(), "WRONGTYPE Operation against a key");
+        let io = Error::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(io.is_io() && io.is_connection_lost());
+        assert_eq!(io.code(), None);
+        let protocol = Error::from(ProtocolError("invalid bulk length".into()));
+        assert!(protocol.is_protocol() && protocol.is_connection_lost());
+        assert_eq!(protocol.to_string(), "Protocol error: invalid bulk length");
+        assert!(Error::Closed.is_closed() && Error::Closed.is_connection_lost());
+        assert!(!Error::EmptyCommand.is_connection_lost());
+    }
+}

@@ -1,0 +1,105 @@
+//! The idset validator over arbitrary bytes, and the table operations behind it.
+//!
+//! Invariants: `validate` never panics (and returns, the run's timeout catches a
+//! loop); a table it accepts behaves as a set (iteration yields `len()` distinct ids,
+//! each of which `contains` finds), stays valid through in-place inserts and removes
+//! (whose return values agree with a model; the one exception is an insert that
+//! pushes a table laid out to sit at the probe budget over it), and rebuilds to a valid table with the
+//! same members; on bytes that pass only the header check, every operation is still
+//! panic-free. Input that is not a table is also read as little-endian ids to build:
+//! the builder's output must validate and hold exactly those ids.
+#![no_main]
+
+use std::collections::HashSet;
+
+use libfuzzer_sys::fuzz_target;
+use relcache_protocol::idset::{
+    looks_like_table, rebuild, validate, Builder, FormatError, Full, Header, TableMut, TableRef,
+};
+
+fn check_set(table: TableRef<'_>) -> HashSet<u64> {
+    let members: Vec<u64> = table.iter().collect();
+    let set: HashSet<u64> = members.iter().copied().collect();
+    assert_eq!(set.len(), members.len(), "an id iterated twice");
+    assert_eq!(members.len() as u64, table.len());
+    for &id in &members {
+        assert!(table.contains(id));
+    }
+    set
+}
+
+/// Ids to update with: some from the input, plus the markers and small values.
+fn op_ids(data: &[u8]) -> Vec<u64> {
+    let mut ids = vec![0, 1, 2, 3, u64::MAX];
+    ids.extend(
+        data.rchunks_exact(8)
+            .take(16)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap())),
+    );
+    ids
+}
+
+fuzz_target!(|data: &[u8]| {
+    match validate(data) {
+        Ok(table) => {
+            let mut model = check_set(table);
+            if let Ok(rebuilt) = rebuild(&table, 1) {
+                let rebuilt = validate(&rebuilt).expect("a rebuild is valid");
+                assert_eq!(check_set(rebuilt), model);
+            }
+            let mut bytes = data.to_vec();
+            for (k, id) in op_ids(data).into_iter().enumerate() {
+                let mut table = TableMut::open(&mut bytes).unwrap();
+                if k % 3 == 2 {
+                    assert_eq!(table.remove(id), model.remove(&id));
+                } else {
+                    match table.insert(id) {
+                        Ok(added) => assert_eq!(added, model.insert(id)),
+                        Err(Full) => assert!(!model.contains(&id)),
+                    }
+                }
+                match validate(&bytes) {
+                    Ok(table) => assert_eq!(check_set(table), model),
+                    // An insert may lengthen the lookups of a table that was laid
+                    // out to sit just under the probe budget; nothing else may break.
+                    Err(FormatError::ProbeBudget { .. }) => return,
+                    Err(e) => panic!("an update broke a valid table: {e}"),
+                }
+            }
+        }
+        Err(e) => {
+            let _ = e.to_string();
+            if Header::parse(data).is_ok() {
+                let mut bytes = data.to_vec();
+                let table = TableRef::open(&bytes).unwrap();
+                let _ = table.iter().count();
+                for id in op_ids(data) {
+                    let _ = table.contains(id);
+                }
+                if let Ok(rebuilt) = rebuild(&table, 0) {
+                    validate(&rebuilt).expect("a rebuild is valid");
+                }
+                let mut table = TableMut::open(&mut bytes).unwrap();
+                for id in op_ids(data) {
+                    let _ = table.insert(id);
+                    let _ = table.remove(id ^ 1);
+                }
+            }
+        }
+    }
+
+    if !looks_like_table(data) {
+        let ids: Vec<u64> = data
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let bytes = Builder::new()
+            .seed(ids.first().copied().unwrap_or(0))
+            .build(&ids);
+        let table = validate(&bytes).expect("builder output is valid");
+        assert_eq!(
+            check_set(table),
+            ids.iter().copied().collect::<HashSet<u64>>()
+        );
+    }
+});
