@@ -166,6 +166,9 @@ fn read_throughput(maxmemory: &str) -> f64 {
 }
 
 fn main() {
+    if !support::harness::invoked_by_cargo_bench() {
+        return;
+    }
     let users: u64 = env("USERS", 200_000);
     let lookups: usize = env("LOOKUPS", 400_000);
     let skew: f64 = env("SKEW", 0.99);

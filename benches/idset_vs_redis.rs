@@ -148,6 +148,9 @@ fn get_p99_under_load(t: &Target, loading: bool) -> f64 {
 }
 
 fn main() {
+    if !support::harness::invoked_by_cargo_bench() {
+        return;
+    }
     let rounds = rounds();
     println!("# idset vs Redis sets — {} — {rounds} rounds, medians", machine());
     let relcache = Target::relcache(&[]);

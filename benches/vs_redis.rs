@@ -180,6 +180,9 @@ struct Cell {
 }
 
 fn main() {
+    if !harness::invoked_by_cargo_bench() {
+        return;
+    }
     // `cargo bench` passes `--bench`; a filter argument is accepted and ignored.
     let rounds = env_u64("BENCH_ROUNDS", 3).max(1) as usize;
     let requests = env_u64("BENCH_REQUESTS", 200_000).max(1000);

@@ -309,3 +309,14 @@ pub fn resp_cmd(args: &[&[u8]]) -> Vec<u8> {
     }
     out
 }
+
+/// Whether a by-hand benchmark binary was started by `cargo bench` (which passes
+/// `--bench`). `cargo test --all-targets` also runs bench binaries, without it: a
+/// benchmark then prints how to run it and exits instead of loading the machine.
+pub fn invoked_by_cargo_bench() -> bool {
+    let yes = std::env::args().any(|a| a == "--bench");
+    if !yes {
+        eprintln!("benchmark skipped: run it with `cargo bench --bench <name>`");
+    }
+    yes
+}

@@ -3,7 +3,10 @@
 
 use super::prime::next_prime;
 use super::table::{flag_for, read_u64, slot_off, write_u64, Header, Probe, TableRef};
-use super::{table_len, DEFAULT_MAX_LOAD, DEFAULT_SEED, EMPTY, HEADER_LEN, MAX_CAPACITY, MIN_CAPACITY, VERSION};
+use super::{
+    table_len, DEFAULT_MAX_LOAD, DEFAULT_SEED, EMPTY, HEADER_LEN, MAX_CAPACITY, MIN_CAPACITY,
+    VERSION,
+};
 
 /// The ids do not fit in a table of at most [`MAX_CAPACITY`] slots (or, on a 32-bit
 /// target, in memory).
@@ -26,8 +29,13 @@ pub struct TooLarge {
 pub fn capacity_for(slot_ids: u64, max_load: f64) -> Result<u32, TooLarge> {
     // `as u64` saturates, so an absurd quotient becomes u64::MAX and is refused below.
     let by_load = (slot_ids as f64 / max_load).ceil() as u64;
-    let needed = by_load.max(slot_ids.saturating_add(1)).max(u64::from(MIN_CAPACITY));
-    let too_large = TooLarge { slots: slot_ids, needed };
+    let needed = by_load
+        .max(slot_ids.saturating_add(1))
+        .max(u64::from(MIN_CAPACITY));
+    let too_large = TooLarge {
+        slots: slot_ids,
+        needed,
+    };
     if needed > u64::from(MAX_CAPACITY) {
         return Err(too_large);
     }
@@ -66,7 +74,11 @@ impl Builder {
     /// Default seed and load, no extra room.
     #[must_use]
     pub const fn new() -> Self {
-        Self { seed: DEFAULT_SEED, max_load: DEFAULT_MAX_LOAD, reserve: 0 }
+        Self {
+            seed: DEFAULT_SEED,
+            max_load: DEFAULT_MAX_LOAD,
+            reserve: 0,
+        }
     }
 
     /// The hash seed to write in the header. Any value works; a random one makes
@@ -84,7 +96,10 @@ impl Builder {
     /// If `max_load` is not in `(0, 1]`.
     #[must_use]
     pub fn max_load(mut self, max_load: f64) -> Self {
-        assert!(max_load > 0.0 && max_load <= 1.0, "idset max_load {max_load} is not in (0, 1]");
+        assert!(
+            max_load > 0.0 && max_load <= 1.0,
+            "idset max_load {max_load} is not in (0, 1]"
+        );
         self.max_load = max_load;
         self
     }
@@ -190,9 +205,19 @@ fn fill<I: Iterator<Item = u64>>(ids: I, seed: u64, capacity: u32) -> (Vec<u8>, 
         }
         // Capacity exceeds the distinct ids, and a prime capacity's probe sequence
         // visits every slot, so an empty slot is always found.
-        assert!(placed, "idset builder: no empty slot in capacity {capacity}");
+        assert!(
+            placed,
+            "idset builder: no empty slot in capacity {capacity}"
+        );
     }
-    let header = Header { version: VERSION, flags, seed, capacity, count, deleted: 0 };
+    let header = Header {
+        version: VERSION,
+        flags,
+        seed,
+        capacity,
+        count,
+        deleted: 0,
+    };
     bytes[..HEADER_LEN].copy_from_slice(&header.to_bytes());
     (bytes, count)
 }
@@ -210,7 +235,10 @@ fn fill<I: Iterator<Item = u64>>(ids: I, seed: u64, capacity: u32) -> (Vec<u8>, 
 ///
 /// [`TooLarge`] if the table would need more than [`MAX_CAPACITY`] slots.
 pub fn rebuild(table: &TableRef<'_>, reserve: usize) -> Result<Vec<u8>, TooLarge> {
-    Builder::new().seed(table.seed()).reserve(reserve).build_from(table.iter())
+    Builder::new()
+        .seed(table.seed())
+        .reserve(reserve)
+        .build_from(table.iter())
 }
 
 #[cfg(test)]

@@ -70,7 +70,7 @@
 //! let added = match table.insert(40) {
 //!     Ok(added) => added,
 //!     Err(_full) => {
-//!         let mut bigger = rebuild(&table.as_ref(), 1).unwrap();
+//!         let mut bigger = rebuild(&table.as_table(), 1).unwrap();
 //!         let added = TableMut::open(&mut bigger).unwrap().insert(40).unwrap();
 //!         bytes = bigger;
 //!         added

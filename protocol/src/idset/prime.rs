@@ -83,7 +83,10 @@ mod tests {
     use super::*;
 
     fn by_division(n: u32) -> bool {
-        n >= 2 && (2..).take_while(|d: &u64| d * d <= u64::from(n)).all(|d| u64::from(n) % d != 0)
+        n >= 2
+            && (2..)
+                .take_while(|d: &u64| d * d <= u64::from(n))
+                .all(|d| u64::from(n) % d != 0)
     }
 
     #[test]
@@ -109,7 +112,9 @@ mod tests {
         // A cheap LCG spreads the samples over all of u32.
         let mut x = 12345u64;
         for _ in 0..3000 {
-            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
             let n = (x >> 32) as u32;
             assert_eq!(is_prime(n), by_division(n), "{n}");
         }
@@ -122,7 +127,19 @@ mod tests {
     fn strong_pseudoprimes_are_composite() {
         // Strong pseudoprimes to base 2 (and some to several bases), and Carmichael
         // numbers; each must be rejected.
-        for n in [2047u32, 3277, 4033, 4681, 8321, 561, 1105, 1729, 25_326_001, 3_215_031_751, 2_152_302_898] {
+        for n in [
+            2047u32,
+            3277,
+            4033,
+            4681,
+            8321,
+            561,
+            1105,
+            1729,
+            25_326_001,
+            3_215_031_751,
+            2_152_302_898,
+        ] {
             assert!(!is_prime(n), "{n}");
         }
     }

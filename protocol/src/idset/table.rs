@@ -13,9 +13,9 @@ use std::slice::ChunksExact;
 use super::hash::{hash, start_and_step};
 use super::validate::FormatError;
 use super::{
-    inplace_limit, table_len, DELETED, EMPTY, FLAGS_KNOWN, FLAG_HAS_MAX, FLAG_HAS_ZERO,
-    HEADER_LEN, MAGIC, MAX_CAPACITY, MIN_CAPACITY, OFF_CAPACITY, OFF_COUNT, OFF_DELETED,
-    OFF_FLAGS, OFF_MAGIC, OFF_RESERVED, OFF_SEED, OFF_VERSION, SLOT_LEN, VERSION,
+    inplace_limit, table_len, DELETED, EMPTY, FLAGS_KNOWN, FLAG_HAS_MAX, FLAG_HAS_ZERO, HEADER_LEN,
+    MAGIC, MAX_CAPACITY, MIN_CAPACITY, OFF_CAPACITY, OFF_COUNT, OFF_DELETED, OFF_FLAGS, OFF_MAGIC,
+    OFF_RESERVED, OFF_SEED, OFF_VERSION, SLOT_LEN, VERSION,
 };
 
 #[inline]
@@ -63,7 +63,11 @@ impl Probe {
     #[inline]
     pub(crate) fn new(id: u64, seed: u64, capacity: u32) -> Self {
         let (start, step) = start_and_step(hash(id, seed), capacity);
-        Self { slot: u64::from(start), step: u64::from(step), cap: u64::from(capacity) }
+        Self {
+            slot: u64::from(start),
+            step: u64::from(step),
+            cap: u64::from(capacity),
+        }
     }
 
     #[inline]
@@ -87,7 +91,10 @@ enum Lookup {
     /// The id is absent. `reuse` is the first [`DELETED`] slot on its probe path, `empty`
     /// the [`EMPTY`] slot that ended the lookup (`None` only in a table with no empty
     /// slot, which validation refuses).
-    Absent { reuse: Option<u64>, empty: Option<u64> },
+    Absent {
+        reuse: Option<u64>,
+        empty: Option<u64>,
+    },
 }
 
 /// A lookup of a slot id (not 0 or `u64::MAX`): until the id, an empty slot, or
@@ -102,7 +109,10 @@ fn lookup(bytes: &[u8], capacity: u32, seed: u64, id: u64) -> Lookup {
             return Lookup::Found(probe.slot());
         }
         if v == EMPTY {
-            return Lookup::Absent { reuse, empty: Some(probe.slot()) };
+            return Lookup::Absent {
+                reuse,
+                empty: Some(probe.slot()),
+            };
         }
         if v == DELETED && reuse.is_none() {
             reuse = Some(probe.slot());
@@ -363,7 +373,9 @@ impl<'a> TableRef<'a> {
 
 impl fmt::Debug for TableRef<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TableRef").field("header", &self.header).finish_non_exhaustive()
+        f.debug_struct("TableRef")
+            .field("header", &self.header)
+            .finish_non_exhaustive()
     }
 }
 
@@ -416,7 +428,9 @@ impl std::iter::FusedIterator for Iter<'_> {}
 
 impl fmt::Debug for Iter<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Iter").field("slots_left", &self.slots.len()).finish_non_exhaustive()
+        f.debug_struct("Iter")
+            .field("slots_left", &self.slots.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -448,13 +462,20 @@ impl<'a> TableMut<'a> {
     /// The [`FormatError`] of [`Header::parse`].
     pub fn open(bytes: &'a mut [u8]) -> Result<Self, FormatError> {
         let header = Header::parse(bytes)?;
-        Ok(Self { bytes, capacity: header.capacity, seed: header.seed })
+        Ok(Self {
+            bytes,
+            capacity: header.capacity,
+            seed: header.seed,
+        })
     }
 
     /// A read-only view of the table as it is now.
     #[must_use]
     pub fn as_table(&self) -> TableRef<'_> {
-        TableRef { bytes: self.bytes, header: Header::read_unchecked(self.bytes) }
+        TableRef {
+            bytes: self.bytes,
+            header: Header::read_unchecked(self.bytes),
+        }
     }
 
     /// Whether `id` is a member.
@@ -499,18 +520,26 @@ impl<'a> TableMut<'a> {
         let deleted = read_u32(self.bytes, OFF_DELETED);
         match lookup(self.bytes, self.capacity, self.seed, id) {
             Lookup::Found(_) => return Ok(false),
-            Lookup::Absent { reuse: Some(slot), .. } => {
+            Lookup::Absent {
+                reuse: Some(slot), ..
+            } => {
                 write_u64(self.bytes, slot_off(slot), id);
                 write_u32(self.bytes, OFF_DELETED, deleted.saturating_sub(1));
             }
-            Lookup::Absent { reuse: None, empty: Some(slot) } => {
+            Lookup::Absent {
+                reuse: None,
+                empty: Some(slot),
+            } => {
                 let used = u64::from(count) + u64::from(deleted);
                 if used + 1 > u64::from(inplace_limit(self.capacity)) {
                     return Err(Full);
                 }
                 write_u64(self.bytes, slot_off(slot), id);
             }
-            Lookup::Absent { reuse: None, empty: None } => return Err(Full),
+            Lookup::Absent {
+                reuse: None,
+                empty: None,
+            } => return Err(Full),
         }
         write_u32(self.bytes, OFF_COUNT, count.saturating_add(1));
         Ok(true)

@@ -1,0 +1,426 @@
+//! Property tests of the idset table against a `HashSet<u64>` model: building,
+//! in-place inserts and removes with rebuilds on `Full`, and the validator on arbitrary
+//! and corrupted bytes (it must never panic, and whatever it accepts must behave as a
+//! set and stay valid under updates).
+
+use std::collections::HashSet;
+
+use proptest::prelude::*;
+use relcache_protocol::idset::{
+    capacity_for, rebuild, validate, Builder, Full, Header, TableMut, TableRef, DEFAULT_MAX_LOAD,
+    DEFAULT_SEED, HEADER_LEN, MAGIC, SLOT_LEN,
+};
+
+/// Ids biased to the two marker values, small values (duplicates and, in small tables,
+/// collisions) and values near `u64::MAX`.
+fn id() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        1 => Just(0u64),
+        1 => Just(u64::MAX),
+        6 => 1u64..48,
+        3 => any::<u64>(),
+        1 => (u64::MAX - 16)..u64::MAX,
+    ]
+}
+
+fn seed() -> impl Strategy<Value = u64> {
+    prop_oneof![Just(DEFAULT_SEED), Just(0u64), any::<u64>()]
+}
+
+/// Checks what any table the validator accepts must satisfy, against `model` if given.
+fn check_set(table: TableRef<'_>, model: Option<&HashSet<u64>>) {
+    let members: Vec<u64> = table.iter().collect();
+    let distinct: HashSet<u64> = members.iter().copied().collect();
+    assert_eq!(distinct.len(), members.len(), "iter yields an id twice");
+    assert_eq!(members.len() as u64, table.len());
+    assert_eq!(table.is_empty(), members.is_empty());
+    for &id in &members {
+        assert!(table.contains(id), "{id} iterated but not contained");
+    }
+    let h = table.header();
+    assert!(u64::from(h.count) + u64::from(h.deleted) < u64::from(h.capacity));
+    if let Some(model) = model {
+        assert_eq!(&distinct, model);
+        for id in [0, 1, 2, 47, u64::MAX, u64::MAX - 1, 0x1234_5678_9abc] {
+            assert_eq!(table.contains(id), model.contains(&id), "contains({id})");
+        }
+    }
+}
+
+fn model_of(ids: &[u64]) -> HashSet<u64> {
+    ids.iter().copied().collect()
+}
+
+/// Fresh ids absent from `model`, far from the generated ones.
+fn fresh(model: &HashSet<u64>, n: usize) -> Vec<u64> {
+    (1u64 << 40..)
+        .filter(|id| !model.contains(id))
+        .take(n)
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    #[test]
+    fn build_agrees_with_model(
+        ids in prop::collection::vec(id(), 0..300),
+        seed in seed(),
+        reserve in 0usize..64,
+        max_load in prop_oneof![Just(DEFAULT_MAX_LOAD), 0.05f64..=1.0],
+    ) {
+        let builder = Builder::new().seed(seed).reserve(reserve).max_load(max_load);
+        let bytes = builder.build(&ids);
+        let model = model_of(&ids);
+        let table = validate(&bytes).unwrap_or_else(|e| panic!("builder output refused: {e}"));
+        check_set(table, Some(&model));
+        prop_assert_eq!(table.seed(), seed);
+        prop_assert_eq!(table.deleted(), 0);
+        let in_slots = model.iter().filter(|&&id| id != 0 && id != u64::MAX).count() as u64;
+        prop_assert_eq!(u64::from(table.count()), in_slots);
+        prop_assert_eq!(table.capacity(), capacity_for(in_slots + reserve as u64, max_load).unwrap());
+        prop_assert!(table.load_factor() <= max_load + 1e-9 || table.count() + 1 == table.capacity());
+        // Order of duplicates does not matter, only first occurrences do.
+        let mut firsts = Vec::new();
+        let mut seen = HashSet::new();
+        for &id in &ids {
+            if seen.insert(id) {
+                firsts.push(id);
+            }
+        }
+        prop_assert_eq!(&builder.build(&firsts), &bytes);
+        prop_assert_eq!(&builder.build_iter(ids.iter().copied()), &bytes);
+    }
+
+    /// With the default load, `reserve(n)` leaves room for n in-place inserts.
+    #[test]
+    fn reserve_is_honoured(ids in prop::collection::vec(id(), 0..200), reserve in 0usize..200) {
+        let mut bytes = Builder::new().reserve(reserve).build(&ids);
+        let mut model = model_of(&ids);
+        prop_assert!(validate(&bytes).unwrap().room_in_place() as usize >= reserve);
+        let extra = fresh(&model, reserve);
+        let mut table = TableMut::open(&mut bytes).unwrap();
+        for id in extra {
+            prop_assert_eq!(table.insert(id), Ok(true));
+            model.insert(id);
+        }
+        check_set(validate(&bytes).unwrap(), Some(&model));
+    }
+
+    #[test]
+    fn updates_agree_with_model(
+        initial in prop::collection::vec(id(), 0..40),
+        seed in seed(),
+        ops in prop::collection::vec((any::<bool>(), id()), 0..400),
+    ) {
+        let mut bytes = Builder::new().seed(seed).build(&initial);
+        let mut model = model_of(&initial);
+        for (is_insert, id) in ops {
+            if is_insert {
+                let outcome = TableMut::open(&mut bytes).unwrap().insert(id);
+                match outcome {
+                    Ok(added) => prop_assert_eq!(added, model.insert(id)),
+                    Err(Full) => {
+                        prop_assert!(!model.contains(&id), "Full for a member");
+                        let before = bytes.clone();
+                        let rebuilt = rebuild(&TableRef::open(&bytes).unwrap(), 1).unwrap();
+                        prop_assert_eq!(&before, &bytes, "Full changed the table");
+                        bytes = rebuilt;
+                        let table = validate(&bytes).unwrap();
+                        prop_assert_eq!(table.deleted(), 0);
+                        prop_assert_eq!(table.seed(), seed);
+                        prop_assert!(table.room_in_place() >= 1);
+                        prop_assert_eq!(TableMut::open(&mut bytes).unwrap().insert(id), Ok(true));
+                        model.insert(id);
+                    }
+                }
+            } else {
+                let removed = TableMut::open(&mut bytes).unwrap().remove(id);
+                prop_assert_eq!(removed, model.remove(&id));
+            }
+            let table = validate(&bytes).unwrap_or_else(|e| panic!("update broke the table: {e}"));
+            prop_assert_eq!(table.len(), model.len() as u64);
+            prop_assert_eq!(table.contains(id), model.contains(&id));
+        }
+        let table = validate(&bytes).unwrap();
+        check_set(table, Some(&model));
+        // A rebuild keeps the members, drops the tombstones.
+        let rebuilt = rebuild(&table, 0).unwrap();
+        let rebuilt = validate(&rebuilt).unwrap();
+        check_set(rebuilt, Some(&model));
+        prop_assert_eq!(rebuilt.deleted(), 0);
+    }
+
+    #[test]
+    fn validate_never_panics_on_arbitrary_bytes(
+        bytes in prop::collection::vec(any::<u8>(), 0..400),
+        with_magic in any::<bool>(),
+    ) {
+        let mut input = if with_magic { MAGIC.to_vec() } else { Vec::new() };
+        if with_magic {
+            input.push(1);
+        }
+        input.extend_from_slice(&bytes);
+        if let Ok(table) = validate(&input) {
+            check_set(table, None);
+        }
+        if Header::parse(&input).is_ok() {
+            exercise_unvalidated(&mut input);
+        }
+    }
+
+    /// Random tables with a well-formed header and slots drawn from a small pool, so
+    /// that a fair share of them pass validation; those must behave as sets and stay
+    /// valid under updates.
+    #[test]
+    fn random_slot_contents(
+        capacity in prop_oneof![Just(2u32), Just(3), Just(5), Just(7), Just(11), Just(13), Just(4), Just(9), Just(31), Just(61)],
+        slots in prop::collection::vec(prop_oneof![
+            4 => Just(0u64), 1 => Just(u64::MAX), 3 => 1u64..12, 1 => any::<u64>(),
+        ], 61),
+        flags in 0u8..4,
+        seed in prop_oneof![Just(0u64), Just(DEFAULT_SEED), 0u64..4],
+        ops in prop::collection::vec((any::<bool>(), 0u64..14), 0..20),
+    ) {
+        let slots = &slots[..capacity as usize];
+        let count = slots.iter().filter(|&&v| v != 0 && v != u64::MAX).count() as u32;
+        let deleted = slots.iter().filter(|&&v| v == u64::MAX).count() as u32;
+        let header = Header { version: 1, flags, seed, capacity, count, deleted };
+        let mut bytes = header.to_bytes().to_vec();
+        for v in slots {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        let Ok(table) = validate(&bytes) else {
+            exercise_unvalidated(&mut bytes);
+            return Ok(());
+        };
+        check_set(table, None);
+        let mut model: HashSet<u64> = table.iter().collect();
+        for (is_insert, id) in ops {
+            let mut table = TableMut::open(&mut bytes).unwrap();
+            if is_insert {
+                match table.insert(id) {
+                    Ok(added) => prop_assert_eq!(added, model.insert(id)),
+                    Err(Full) => prop_assert!(!model.contains(&id)),
+                }
+            } else {
+                prop_assert_eq!(table.remove(id), model.remove(&id));
+            }
+            check_set(validate(&bytes).unwrap(), Some(&model));
+        }
+    }
+
+    #[test]
+    fn validate_never_panics_on_corrupted_tables(
+        ids in prop::collection::vec(id(), 0..120),
+        seed in seed(),
+        corruptions in prop::collection::vec(corruption(), 1..6),
+    ) {
+        let mut bytes = Builder::new().seed(seed).build(&ids);
+        for c in &corruptions {
+            c.apply(&mut bytes);
+        }
+        if let Ok(table) = validate(&bytes) {
+            check_set(table, None);
+            let members: HashSet<u64> = table.iter().collect();
+            let mut copy = bytes.clone();
+            let mut table = TableMut::open(&mut copy).unwrap();
+            for id in [1u64, 2, 3, 1 << 50] {
+                let _ = table.insert(id);
+            }
+            let after = validate(&copy).unwrap();
+            check_set(after, None);
+            prop_assert!(members.iter().all(|&id| after.contains(id)));
+        }
+        if Header::parse(&bytes).is_ok() {
+            exercise_unvalidated(&mut bytes);
+        }
+    }
+}
+
+/// Runs every operation on a table that passed only the header check: nothing may
+/// panic, loop or read out of bounds.
+fn exercise_unvalidated(bytes: &mut [u8]) {
+    let table = TableRef::open(bytes).unwrap();
+    let _ = table.iter().count();
+    let _ = (
+        table.len(),
+        table.load_factor(),
+        table.room_in_place(),
+        format!("{table:?}"),
+    );
+    for id in [0, 1, 2, 3, 7, 11, u64::MAX, 1 << 63] {
+        let _ = table.contains(id);
+    }
+    if let Ok(rebuilt) = rebuild(&table, 1) {
+        validate(&rebuilt).expect("a rebuild is always valid");
+    }
+    let mut table = TableMut::open(bytes).unwrap();
+    for id in [0, 1, 2, 3, 7, 11, u64::MAX, 1 << 63] {
+        let _ = table.insert(id);
+        let _ = table.remove(id.wrapping_add(1));
+        let _ = table.contains(id);
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Corruption {
+    /// XOR a byte (index taken modulo the length).
+    Flip(usize, u8),
+    Truncate(usize),
+    Extend(Vec<u8>),
+    /// Write a u32 into a header field (offset 16, 20, 24 or 28).
+    HeaderField(usize, u32),
+    /// Write a value into a slot (index modulo the capacity).
+    Slot(usize, u64),
+    SwapSlots(usize, usize),
+}
+
+fn corruption() -> impl Strategy<Value = Corruption> {
+    prop_oneof![
+        3 => (any::<usize>(), 1u8..).prop_map(|(i, x)| Corruption::Flip(i, x)),
+        1 => (0usize..200).prop_map(Corruption::Truncate),
+        1 => prop::collection::vec(any::<u8>(), 1..16).prop_map(Corruption::Extend),
+        2 => (prop_oneof![Just(16usize), Just(20), Just(24), Just(28)],
+              prop_oneof![0u32..8, any::<u32>()])
+            .prop_map(|(o, v)| Corruption::HeaderField(o, v)),
+        3 => (any::<usize>(), prop_oneof![Just(0u64), Just(u64::MAX), 1u64..48, any::<u64>()])
+            .prop_map(|(i, v)| Corruption::Slot(i, v)),
+        2 => (any::<usize>(), any::<usize>()).prop_map(|(i, j)| Corruption::SwapSlots(i, j)),
+    ]
+}
+
+impl Corruption {
+    fn apply(&self, bytes: &mut Vec<u8>) {
+        let slots = bytes.len().saturating_sub(HEADER_LEN) / SLOT_LEN;
+        let slot = |i: usize| HEADER_LEN + SLOT_LEN * (i % slots);
+        match *self {
+            Self::Flip(i, x) if !bytes.is_empty() => {
+                let i = i % bytes.len();
+                bytes[i] ^= x;
+            }
+            Self::Truncate(n) => bytes.truncate(n),
+            Self::Extend(ref more) => bytes.extend_from_slice(more),
+            Self::HeaderField(off, v) if bytes.len() >= HEADER_LEN => {
+                bytes[off..off + 4].copy_from_slice(&v.to_le_bytes());
+            }
+            Self::Slot(i, v) if slots > 0 => {
+                let o = slot(i);
+                bytes[o..o + 8].copy_from_slice(&v.to_le_bytes());
+            }
+            Self::SwapSlots(i, j) if slots > 0 => {
+                let (a, b) = (slot(i), slot(j));
+                for k in 0..SLOT_LEN {
+                    bytes.swap(a + k, b + k);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Ids that land on the same start slot, inserted and removed in every order.
+#[test]
+fn colliding_ids_in_every_order() {
+    let builder = Builder::new().reserve(8);
+    let empty = builder.build(&[]);
+    let cap = validate(&empty).unwrap().capacity();
+    let target = {
+        let (start, _) = relcache_protocol::idset::start_and_step(
+            relcache_protocol::idset::hash(1, DEFAULT_SEED),
+            cap,
+        );
+        start
+    };
+    let colliding: Vec<u64> = (1u64..)
+        .filter(|&id| {
+            relcache_protocol::idset::start_and_step(
+                relcache_protocol::idset::hash(id, DEFAULT_SEED),
+                cap,
+            )
+            .0 == target
+        })
+        .take(4)
+        .collect();
+    // All 24 orders of inserting the four, then removing them in reverse.
+    let mut order = [0usize, 1, 2, 3];
+    for _ in 0..24 {
+        let mut bytes = empty.clone();
+        let mut model = HashSet::new();
+        for &k in &order {
+            assert_eq!(
+                TableMut::open(&mut bytes).unwrap().insert(colliding[k]),
+                Ok(true)
+            );
+            model.insert(colliding[k]);
+            check_set(validate(&bytes).unwrap(), Some(&model));
+        }
+        for &k in order.iter().rev() {
+            assert!(TableMut::open(&mut bytes).unwrap().remove(colliding[k]));
+            model.remove(&colliding[k]);
+            check_set(validate(&bytes).unwrap(), Some(&model));
+        }
+        // Reinsert: the tombstones get reused, the load does not grow.
+        let used = {
+            let t = validate(&bytes).unwrap();
+            t.count() + t.deleted()
+        };
+        for &k in &order {
+            TableMut::open(&mut bytes)
+                .unwrap()
+                .insert(colliding[k])
+                .unwrap();
+        }
+        let t = validate(&bytes).unwrap();
+        assert_eq!(t.count() + t.deleted(), used);
+        next_permutation(&mut order);
+    }
+}
+
+fn next_permutation(a: &mut [usize]) {
+    let Some(i) = (0..a.len() - 1).rev().find(|&i| a[i] < a[i + 1]) else {
+        a.reverse();
+        return;
+    };
+    let j = (i + 1..a.len()).rev().find(|&j| a[j] > a[i]).unwrap();
+    a.swap(i, j);
+    a[i + 1..].reverse();
+}
+
+/// Grows a table from empty to 5,000 ids one insert at a time, rebuilding on `Full`
+/// with room for one more: the number of rebuilds stays logarithmic.
+#[test]
+fn growth_by_rebuild_is_geometric() {
+    let mut bytes = Builder::new().build(&[]);
+    let mut rebuilds = 0;
+    for id in 1..=5_000u64 {
+        let outcome = TableMut::open(&mut bytes).unwrap().insert(id);
+        if outcome == Err(Full) {
+            bytes = rebuild(&TableRef::open(&bytes).unwrap(), 1).unwrap();
+            TableMut::open(&mut bytes).unwrap().insert(id).unwrap();
+            rebuilds += 1;
+        }
+    }
+    let table = validate(&bytes).unwrap();
+    assert_eq!(table.len(), 5_000);
+    assert!(rebuilds <= 45, "{rebuilds} rebuilds");
+    // Churn at the limit: removing then adding other ids reuses tombstones or
+    // rebuilds (compacting), and never lets the load pass the in-place limit.
+    for id in 1..=5_000u64 {
+        TableMut::open(&mut bytes).unwrap().remove(id);
+        let outcome = TableMut::open(&mut bytes).unwrap().insert(id + 10_000);
+        if outcome == Err(Full) {
+            bytes = rebuild(&TableRef::open(&bytes).unwrap(), 1).unwrap();
+            TableMut::open(&mut bytes)
+                .unwrap()
+                .insert(id + 10_000)
+                .unwrap();
+        }
+        let t = TableRef::open(&bytes).unwrap();
+        assert!(t.load_factor() <= 0.9 + 1e-9 || t.capacity() < 20);
+    }
+    check_set(
+        validate(&bytes).unwrap(),
+        Some(&(10_001..=15_000).collect()),
+    );
+}

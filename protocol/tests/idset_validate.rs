@@ -1,0 +1,414 @@
+//! One test per validator error (input crafted by hand, message checked), plus the
+//! header-only `open` and the helpers around `validate`.
+
+use relcache_protocol::idset::{
+    hash, looks_like_table, start_and_step, validate, validate_mut, Builder, FormatError, Header,
+    TableMut, TableRef, DELETED, EMPTY, HEADER_LEN, MAGIC, OFF_CAPACITY, OFF_COUNT, OFF_DELETED,
+    OFF_FLAGS, OFF_RESERVED, OFF_VERSION, PROBE_BUDGET_PER_SLOT, SLOT_LEN,
+};
+
+fn set_u32(bytes: &mut [u8], off: usize, v: u32) {
+    bytes[off..off + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+fn set_slot(bytes: &mut [u8], slot: u64, v: u64) {
+    let off = HEADER_LEN + SLOT_LEN * slot as usize;
+    bytes[off..off + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// An all-empty table with this capacity (prime or not) and seed 0.
+fn blank(capacity: u32) -> Vec<u8> {
+    let header = Header {
+        version: 1,
+        flags: 0,
+        seed: 0,
+        capacity,
+        count: 0,
+        deleted: 0,
+    };
+    let mut bytes = header.to_bytes().to_vec();
+    bytes.resize(HEADER_LEN + SLOT_LEN * capacity as usize, 0);
+    bytes
+}
+
+/// The first `n` slots of the probe sequence of `id` in a seed-0 table.
+fn probe(id: u64, capacity: u32, n: usize) -> Vec<u64> {
+    let (start, step) = start_and_step(hash(id, 0), capacity);
+    let (mut slot, step, cap) = (u64::from(start), u64::from(step), u64::from(capacity));
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(slot);
+        slot = (slot + step) % cap;
+    }
+    out
+}
+
+fn err(bytes: &[u8]) -> FormatError {
+    validate(bytes).expect_err("validate accepted a bad table")
+}
+
+#[test]
+fn accepts_built_tables() {
+    for ids in [
+        &[][..],
+        &[1, 2, 3],
+        &[0, u64::MAX],
+        &[0, u64::MAX, 5, 6, 7, 8, 9],
+    ] {
+        let bytes = Builder::new().build(ids);
+        let table = validate(&bytes).unwrap();
+        assert_eq!(table.len(), ids.len() as u64);
+        assert!(looks_like_table(&bytes));
+    }
+}
+
+#[test]
+fn bad_magic() {
+    for input in [
+        &b"hello, world, this is not a table at all"[..],
+        b"abc",
+        b"\x89RCIDX",
+    ] {
+        assert_eq!(err(input), FormatError::BadMagic);
+        assert!(!looks_like_table(input));
+    }
+    assert_eq!(
+        FormatError::BadMagic.to_string(),
+        "bad magic: an idset table starts with the bytes 89 52 43 49 44 53"
+    );
+}
+
+#[test]
+fn too_short() {
+    let bytes = Builder::new().build(&[1]);
+    assert_eq!(err(&bytes[..20]), FormatError::TooShort { len: 20 });
+    assert_eq!(err(&bytes[..31]), FormatError::TooShort { len: 31 });
+    // Prefixes of the magic (including nothing) are short tables, not bad magic.
+    assert_eq!(err(&MAGIC[..3]), FormatError::TooShort { len: 3 });
+    assert_eq!(err(b""), FormatError::TooShort { len: 0 });
+    assert_eq!(
+        err(&bytes[..20]).to_string(),
+        "table is 20 bytes, shorter than the 32-byte header"
+    );
+}
+
+#[test]
+fn unsupported_version() {
+    let mut bytes = Builder::new().build(&[1]);
+    bytes[OFF_VERSION] = 7;
+    assert_eq!(err(&bytes), FormatError::UnsupportedVersion { version: 7 });
+    assert_eq!(
+        err(&bytes).to_string(),
+        "unsupported table version 7 (this server reads version 1)"
+    );
+    bytes[OFF_VERSION] = 0;
+    assert_eq!(err(&bytes), FormatError::UnsupportedVersion { version: 0 });
+}
+
+#[test]
+fn unknown_flags() {
+    let mut bytes = Builder::new().build(&[1]);
+    bytes[OFF_FLAGS] = 0x04;
+    assert_eq!(err(&bytes), FormatError::UnknownFlags { flags: 0x04 });
+    assert_eq!(
+        err(&bytes).to_string(),
+        "unknown flag bits set (flags byte 0x04, only 0x03 is defined)"
+    );
+    bytes[OFF_FLAGS] = 0x83;
+    assert_eq!(err(&bytes), FormatError::UnknownFlags { flags: 0x83 });
+}
+
+#[test]
+fn reserved_not_zero() {
+    let mut bytes = Builder::new().build(&[1]);
+    set_u32(&mut bytes, OFF_RESERVED, 5);
+    assert_eq!(err(&bytes), FormatError::ReservedNotZero { reserved: 5 });
+    assert_eq!(
+        err(&bytes).to_string(),
+        "reserved header field is 5, must be 0"
+    );
+}
+
+#[test]
+fn capacity_out_of_range() {
+    for capacity in [0, 1, 4_294_967_292, u32::MAX] {
+        let mut bytes = blank(2);
+        set_u32(&mut bytes, OFF_CAPACITY, capacity);
+        assert_eq!(err(&bytes), FormatError::CapacityOutOfRange { capacity });
+    }
+    let mut bytes = blank(2);
+    set_u32(&mut bytes, OFF_CAPACITY, 1);
+    assert_eq!(
+        err(&bytes).to_string(),
+        "capacity 1 is out of range (2 to 4294967291)"
+    );
+}
+
+#[test]
+fn length_mismatch() {
+    let mut bytes = blank(120);
+    bytes.resize(1000, 0);
+    assert_eq!(
+        err(&bytes),
+        FormatError::LengthMismatch {
+            len: 1000,
+            capacity: 120,
+            expected: 992
+        }
+    );
+    assert_eq!(
+        err(&bytes).to_string(),
+        "table length 1000 does not match capacity 120 (expected 992 bytes)"
+    );
+
+    // One byte too many or too few, and a huge claimed capacity on a short value.
+    let mut bytes = Builder::new().build(&[1, 2, 3]);
+    bytes.push(0);
+    assert!(matches!(
+        err(&bytes),
+        FormatError::LengthMismatch {
+            len: 73,
+            capacity: 5,
+            ..
+        }
+    ));
+    bytes.truncate(71);
+    assert!(matches!(
+        err(&bytes),
+        FormatError::LengthMismatch {
+            len: 71,
+            capacity: 5,
+            ..
+        }
+    ));
+    let mut bytes = blank(2);
+    set_u32(&mut bytes, OFF_CAPACITY, 4_294_967_291);
+    assert_eq!(
+        err(&bytes),
+        FormatError::LengthMismatch {
+            len: 48,
+            capacity: 4_294_967_291,
+            expected: 34_359_738_360
+        }
+    );
+}
+
+#[test]
+fn capacity_not_prime() {
+    let bytes = blank(10);
+    assert_eq!(err(&bytes), FormatError::CapacityNotPrime { capacity: 10 });
+    assert_eq!(err(&bytes).to_string(), "capacity 10 is not prime");
+    for capacity in [4, 9, 25, 561] {
+        assert_eq!(
+            err(&blank(capacity)),
+            FormatError::CapacityNotPrime { capacity }
+        );
+    }
+    // The header-only check does not test primality.
+    assert!(TableRef::open(&blank(10)).is_ok());
+}
+
+#[test]
+fn count_mismatch() {
+    let mut bytes = Builder::new().build(&[1, 2, 3, 4, 5, 6, 7]);
+    set_u32(&mut bytes, OFF_COUNT, 5);
+    assert_eq!(
+        err(&bytes),
+        FormatError::CountMismatch {
+            header: 5,
+            actual: 7
+        }
+    );
+    assert_eq!(err(&bytes).to_string(), "header count 5 but 7 ids in slots");
+    // The flag ids are not counted in `count`.
+    let mut bytes = Builder::new().build(&[0, 1]);
+    set_u32(&mut bytes, OFF_COUNT, 2);
+    assert_eq!(
+        err(&bytes),
+        FormatError::CountMismatch {
+            header: 2,
+            actual: 1
+        }
+    );
+}
+
+#[test]
+fn deleted_mismatch() {
+    let mut bytes = Builder::new().build(&[1, 2, 3]);
+    TableMut::open(&mut bytes).unwrap().remove(2);
+    set_u32(&mut bytes, OFF_DELETED, 0);
+    assert_eq!(
+        err(&bytes),
+        FormatError::DeletedMismatch {
+            header: 0,
+            actual: 1
+        }
+    );
+    assert_eq!(
+        err(&bytes).to_string(),
+        "header deleted count 0 but 1 deleted slots"
+    );
+}
+
+#[test]
+fn no_empty_slot() {
+    // Two ids in two slots: counts right, nothing empty.
+    let mut bytes = blank(2);
+    set_slot(&mut bytes, 0, 10);
+    set_slot(&mut bytes, 1, 11);
+    set_u32(&mut bytes, OFF_COUNT, 2);
+    assert_eq!(err(&bytes), FormatError::NoEmptySlot);
+    assert_eq!(
+        err(&bytes).to_string(),
+        "no empty slot: a table must keep at least one"
+    );
+    // Deleted slots count as used.
+    let mut bytes = blank(3);
+    for slot in 0..3 {
+        set_slot(&mut bytes, slot, DELETED);
+    }
+    set_u32(&mut bytes, OFF_DELETED, 3);
+    assert_eq!(err(&bytes), FormatError::NoEmptySlot);
+}
+
+#[test]
+fn unreachable() {
+    // 42 sits in the second slot of its probe sequence while the first is empty.
+    let seq = probe(42, 11, 2);
+    let mut bytes = blank(11);
+    set_slot(&mut bytes, seq[1], 42);
+    set_u32(&mut bytes, OFF_COUNT, 1);
+    assert_eq!(
+        err(&bytes),
+        FormatError::Unreachable {
+            id: 42,
+            slot: seq[1] as u32
+        }
+    );
+    assert_eq!(
+        err(&bytes).to_string(),
+        format!(
+            "id 42 at slot {} is not reachable from its probe sequence",
+            seq[1]
+        )
+    );
+    // With a tombstone in the first slot it is reachable.
+    set_slot(&mut bytes, seq[0], DELETED);
+    set_u32(&mut bytes, OFF_DELETED, 1);
+    let table = validate(&bytes).unwrap();
+    assert!(table.contains(42));
+}
+
+#[test]
+fn duplicate() {
+    let seq = probe(42, 11, 2);
+    let mut bytes = blank(11);
+    set_slot(&mut bytes, seq[0], 42);
+    set_slot(&mut bytes, seq[1], 42);
+    set_u32(&mut bytes, OFF_COUNT, 2);
+    let (first, second) = (seq[0] as u32, seq[1] as u32);
+    assert_eq!(
+        err(&bytes),
+        FormatError::Duplicate {
+            id: 42,
+            first,
+            second
+        }
+    );
+    assert_eq!(
+        err(&bytes).to_string(),
+        format!("id 42 appears twice (slots {first} and {second})")
+    );
+}
+
+#[test]
+fn probe_budget() {
+    // Capacity 211, slot 0 the only empty one, and 210 ids each of whose probe
+    // sequence visits slot 0 last (start == step), so any placement is reachable. Put
+    // them in slots 1..=210 in order: on average an id's lookup then reads about half
+    // the table, far over the budget of 64 reads per slot.
+    let cap = 211u32;
+    let ids: Vec<u64> = (1u64..)
+        .filter(|&id| {
+            let (start, step) = start_and_step(hash(id, 0), cap);
+            start == step
+        })
+        .take(cap as usize - 1)
+        .collect();
+    let mut bytes = blank(cap);
+    let mut reads = 0u64;
+    for (k, &id) in ids.iter().enumerate() {
+        let slot = k as u64 + 1;
+        set_slot(&mut bytes, slot, id);
+        let seq = probe(id, cap, cap as usize);
+        assert_eq!(seq[cap as usize - 1], 0);
+        reads += seq.iter().position(|&s| s == slot).unwrap() as u64 + 1;
+    }
+    set_u32(&mut bytes, OFF_COUNT, cap - 1);
+    let budget = PROBE_BUDGET_PER_SLOT * u64::from(cap);
+    assert!(
+        reads > budget,
+        "{reads} reads is within the budget {budget}; the test needs more"
+    );
+    assert_eq!(err(&bytes), FormatError::ProbeBudget { budget });
+    assert_eq!(
+        err(&bytes).to_string(),
+        "lookups of the stored ids read more than 13504 slots (64 per slot of capacity); \
+         rebuild the table with a lower load or another seed"
+    );
+    // The same ids placed by the builder rule (each at the first free slot of its
+    // sequence) are well within budget, at the same load.
+    let mut built = Builder::new().seed(0).max_load(1.0).build(&ids);
+    assert_eq!(validate(&built).unwrap().capacity(), cap);
+    assert!(validate_mut(&mut built).is_ok());
+}
+
+#[test]
+fn open_checks_only_the_header() {
+    // Wrong counts and an unreachable id: `open` accepts, `validate` refuses, and
+    // operations on the opened table stay bounded.
+    let seq = probe(42, 11, 2);
+    let mut bytes = blank(11);
+    set_slot(&mut bytes, seq[1], 42);
+    set_u32(&mut bytes, OFF_COUNT, 3);
+    assert!(validate(&bytes).is_err());
+    assert!(validate_mut(&mut bytes).is_err());
+    let table = TableRef::open(&bytes).unwrap();
+    assert!(!table.contains(42));
+    assert_eq!(table.len(), 3);
+    assert_eq!(table.iter().collect::<Vec<_>>(), [42]);
+    let mut table = TableMut::open(&mut bytes).unwrap();
+    assert_eq!(table.insert(42), Ok(true)); // a duplicate, in a table already broken
+    assert!(table.remove(42));
+    let header = Header::parse(&bytes).unwrap();
+    assert_eq!((header.count, header.deleted), (3, 1));
+    // The header's counts are what `insert` trusts for the in-place limit.
+    set_u32(&mut bytes, OFF_COUNT, 1_000);
+    assert_eq!(
+        TableMut::open(&mut bytes).unwrap().insert(43),
+        Err(relcache_protocol::idset::Full)
+    );
+}
+
+#[test]
+fn header_round_trip() {
+    let bytes = Builder::new().seed(7).build(&[0, 9, 10]);
+    let header = Header::parse(&bytes).unwrap();
+    assert_eq!(
+        header,
+        Header {
+            version: 1,
+            flags: 1,
+            seed: 7,
+            capacity: 3,
+            count: 2,
+            deleted: 0
+        }
+    );
+    assert_eq!(header.len(), 3);
+    assert_eq!(&header.to_bytes()[..], &bytes[..HEADER_LEN]);
+    let table = validate(&bytes).unwrap();
+    assert_eq!(table.header(), header);
+    assert_eq!(table.as_bytes(), &bytes[..]);
+    assert!(!table.contains(EMPTY + 1));
+}

@@ -1,0 +1,192 @@
+//! The test vectors of `protocol/FORMAT.md`, read out of that file, against the
+//! reference implementation: hashes and probe starts/steps, and whole tables byte for
+//! byte. A few vectors are also copied here, so that changing the format needs a
+//! deliberate edit in two places.
+
+use relcache_protocol::idset::{hash, start_and_step, validate, Builder, TableMut, DELETED, EMPTY};
+
+fn format_md() -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/FORMAT.md");
+    std::fs::read_to_string(path).expect("read protocol/FORMAT.md")
+}
+
+fn parse_u64(s: &str) -> u64 {
+    match s {
+        "u64::MAX" => u64::MAX,
+        _ => match s.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16).unwrap(),
+            None => s.parse().unwrap(),
+        },
+    }
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    let digits: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+    assert!(digits.len() % 2 == 0, "odd number of hex digits");
+    digits
+        .chunks(2)
+        .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).unwrap(), 16).unwrap())
+        .collect()
+}
+
+#[derive(Debug, Default)]
+struct Vector {
+    name: String,
+    ids: Vec<u64>,
+    seed: u64,
+    reserve: usize,
+    ops: Vec<String>,
+    capacity: u32,
+    slots: Vec<(u64, u64)>,
+    bytes: Vec<u8>,
+}
+
+/// The ```text blocks that start with `vector:`.
+fn vectors(md: &str) -> Vec<Vector> {
+    let mut out = Vec::new();
+    let mut lines = md.lines();
+    while let Some(line) = lines.next() {
+        if !line.starts_with("vector:") {
+            continue;
+        }
+        let mut v = Vector {
+            name: line["vector:".len()..].trim().to_string(),
+            ..Default::default()
+        };
+        let mut hex = String::new();
+        let mut in_hex = false;
+        for line in lines.by_ref() {
+            if line.starts_with("```") {
+                break;
+            }
+            let line = line.split('#').next().unwrap();
+            if in_hex {
+                hex.push_str(line);
+                continue;
+            }
+            let (key, value) = line.split_once(':').expect("key: value");
+            let value = value.trim();
+            let list = || value.split_whitespace().filter(|w| *w != "(none)");
+            match key {
+                "ids" => v.ids = list().map(parse_u64).collect(),
+                "seed" => v.seed = parse_u64(value),
+                "reserve" => v.reserve = value.parse().unwrap(),
+                "ops" => v.ops = list().map(str::to_string).collect(),
+                "capacity" => v.capacity = value.parse().unwrap(),
+                "slots" => {
+                    v.slots = list()
+                        .map(|w| {
+                            let (id, slot) = w.split_once('@').unwrap();
+                            (parse_u64(id), slot.parse().unwrap())
+                        })
+                        .collect();
+                }
+                "hex" => in_hex = true,
+                other => panic!("unknown key {other:?} in vector {}", v.name),
+            }
+        }
+        v.bytes = unhex(&hex);
+        out.push(v);
+    }
+    out
+}
+
+fn build(v: &Vector) -> Vec<u8> {
+    let mut bytes = Builder::new().seed(v.seed).reserve(v.reserve).build(&v.ids);
+    let mut table = TableMut::open(&mut bytes).unwrap();
+    for op in &v.ops {
+        let id = parse_u64(&op[1..]);
+        match &op[..1] {
+            "+" => assert_eq!(table.insert(id), Ok(true), "{op}"),
+            "-" => assert!(table.remove(id), "{op}"),
+            _ => panic!("bad op {op}"),
+        }
+    }
+    bytes
+}
+
+#[test]
+fn table_vectors_in_format_md() {
+    let vectors = vectors(&format_md());
+    let names: Vec<&str> = vectors.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "empty",
+            "three",
+            "markers",
+            "collisions",
+            "tombstones",
+            "reserve"
+        ]
+    );
+    for v in &vectors {
+        let bytes = build(v);
+        assert_eq!(hex(&bytes), hex(&v.bytes), "vector {}", v.name);
+        let table = validate(&bytes).unwrap_or_else(|e| panic!("vector {}: {e}", v.name));
+        assert_eq!(table.capacity(), v.capacity, "vector {}", v.name);
+        let placed: Vec<(u64, u64)> = bytes[32..]
+            .chunks_exact(8)
+            .enumerate()
+            .map(|(slot, c)| (u64::from_le_bytes(c.try_into().unwrap()), slot as u64))
+            .filter(|&(id, _)| id != EMPTY && id != DELETED)
+            .collect();
+        assert_eq!(placed, v.slots, "vector {}", v.name);
+        for &(id, _) in &v.slots {
+            assert!(table.contains(id));
+        }
+    }
+}
+
+#[test]
+fn hash_vectors_in_format_md() {
+    let md = format_md();
+    let mut seen = 0;
+    for line in md.lines().filter(|l| l.starts_with("hash:")) {
+        let field = |name: &str| {
+            let word = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{name}=")[..]));
+            parse_u64(word.unwrap_or_else(|| panic!("{name} missing in {line}")))
+        };
+        let (id, seed, capacity) = (field("id"), field("seed"), field("capacity") as u32);
+        let h = hash(id, seed);
+        assert_eq!(h, field("h"), "{line}");
+        let (start, step) = start_and_step(h, capacity);
+        assert_eq!(
+            (u64::from(start), u64::from(step)),
+            (field("start"), field("step")),
+            "{line}"
+        );
+        seen += 1;
+    }
+    assert!(seen >= 8, "only {seen} hash vectors found");
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Copies of three vectors: a change to the format must update these too.
+#[test]
+fn pinned_vectors() {
+    let empty = "895243494453 01 00 157c4a7fb979379e 02000000 00000000 00000000 00000000 \
+                 0000000000000000 0000000000000000";
+    let three = "895243494453 01 00 157c4a7fb979379e 05000000 03000000 00000000 00000000 \
+                 0300000000000000 0000000000000000 0200000000000000 0000000000000000 \
+                 0100000000000000";
+    let markers = "895243494453 01 03 2a00000000000000 02000000 01000000 00000000 00000000 \
+                   0000000000000000 0700000000000000";
+    assert_eq!(Builder::new().build(&[]), unhex(empty));
+    assert_eq!(Builder::new().build(&[1, 2, 3]), unhex(three));
+    assert_eq!(
+        Builder::new().seed(42).build(&[0, u64::MAX, 7]),
+        unhex(markers)
+    );
+
+    let vectors = vectors(&format_md());
+    let find = |name: &str| &vectors.iter().find(|v| v.name == name).unwrap().bytes;
+    assert_eq!(*find("empty"), unhex(empty));
+    assert_eq!(*find("three"), unhex(three));
+    assert_eq!(*find("markers"), unhex(markers));
+}
