@@ -31,7 +31,10 @@ use relcache_protocol::resp::Frame;
 use support::{blast, encode, machine, read_replies, roundtrip, Target};
 
 fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn mix(mut z: u64) -> u64 {
@@ -43,7 +46,9 @@ fn mix(mut z: u64) -> u64 {
 /// A user's follow set: 200–2,000 ids, fixed per user.
 fn follows(user: u64) -> Vec<u64> {
     let n = 200 + mix(user) % 1801;
-    (0..n).map(|i| mix(user.wrapping_mul(0x1_0000_0001) + i) >> 1 | 1).collect()
+    (0..n)
+        .map(|i| mix(user.wrapping_mul(0x1_0000_0001) + i) >> 1 | 1)
+        .collect()
 }
 
 fn load_request(t: &Target, key: &str, user: u64) -> Vec<u8> {
@@ -83,7 +88,11 @@ fn replay(t: &Target, trace: &[u64]) -> Replay {
             other => panic!("EXISTS replied {other:?}"),
         }
     }
-    Replay { hits, lookups: trace.len() as u64, secs: start.elapsed().as_secs_f64() }
+    Replay {
+        hits,
+        lookups: trace.len() as u64,
+        secs: start.elapsed().as_secs_f64(),
+    }
 }
 
 /// Exact LRU over the trace with a byte budget; returns the hit count.
@@ -130,7 +139,12 @@ fn read_throughput(maxmemory: &str) -> f64 {
     let probes: Vec<Vec<u8>> = (0..200u64)
         .map(|u| {
             let key = format!("hot:{u}");
-            let ids: Vec<Vec<u8>> = follows(u).iter().take(50).chain(&[1, 2, 3]).map(|i| i.to_string().into_bytes()).collect();
+            let ids: Vec<Vec<u8>> = follows(u)
+                .iter()
+                .take(50)
+                .chain(&[1, 2, 3])
+                .map(|i| i.to_string().into_bytes())
+                .collect();
             let mut args: Vec<&[u8]> = vec![b"IDSET.MEXISTS", key.as_bytes()];
             args.extend(ids.iter().map(|d| d.as_slice()));
             encode(&args)
@@ -146,7 +160,8 @@ fn read_throughput(maxmemory: &str) -> f64 {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let key = format!("cold:{u}");
                 let table = Builder::new().build(&follows(u));
-                s.write_all(&encode(&[b"SET", key.as_bytes(), &table])).unwrap();
+                s.write_all(&encode(&[b"SET", key.as_bytes(), &table]))
+                    .unwrap();
                 read_replies(&mut s, 1, &mut Vec::new()).unwrap();
                 u += 1;
                 next += Duration::from_millis(2); // 500 loads a second
@@ -161,7 +176,10 @@ fn read_throughput(maxmemory: &str) -> f64 {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     writer.join().unwrap();
     let evicted = t.info_u64("evicted_keys");
-    println!("  maxmemory {maxmemory}: {:.0} reads/s, {} errors, {evicted} keys evicted meanwhile", rate.requests_per_sec, rate.errors);
+    println!(
+        "  maxmemory {maxmemory}: {:.0} reads/s, {} errors, {evicted} keys evicted meanwhile",
+        rate.requests_per_sec, rate.errors
+    );
     rate.requests_per_sec
 }
 
@@ -179,8 +197,18 @@ fn main() {
     let zipf = Zipf::new(users, skew).unwrap();
     let trace: Vec<u64> = (0..lookups).map(|_| zipf.sample(&mut rng) as u64).collect();
 
-    let relcache = Target::relcache(&["--maxmemory", &maxmemory, "--maxmemory-policy", "allkeys-lru"]);
-    let redis = Target::redis(&["--maxmemory", &maxmemory, "--maxmemory-policy", "allkeys-lru"]);
+    let relcache = Target::relcache(&[
+        "--maxmemory",
+        &maxmemory,
+        "--maxmemory-policy",
+        "allkeys-lru",
+    ]);
+    let redis = Target::redis(&[
+        "--maxmemory",
+        &maxmemory,
+        "--maxmemory-policy",
+        "allkeys-lru",
+    ]);
     let baseline = relcache.info_u64("used_memory");
     let mut results = Vec::new();
     for t in [&relcache, &redis] {
@@ -191,7 +219,13 @@ fn main() {
             t.name(),
             ratio,
             1000.0 * (1.0 - ratio),
-            { let mut s = t.connect(); match roundtrip(&mut s, &[b"DBSIZE"]).unwrap() { Frame::Integer(n) => n, _ => -1 } },
+            {
+                let mut s = t.connect();
+                match roundtrip(&mut s, &[b"DBSIZE"]).unwrap() {
+                    Frame::Integer(n) => n,
+                    _ => -1,
+                }
+            },
             r.secs
         );
         results.push(ratio);
@@ -200,7 +234,12 @@ fn main() {
     // Exact LRU with relcache's byte budget and per-key costs.
     let mut s = relcache.connect();
     let probe_user = trace[0];
-    s.write_all(&load_request(&relcache, &format!("user:{probe_user}"), probe_user)).unwrap();
+    s.write_all(&load_request(
+        &relcache,
+        &format!("user:{probe_user}"),
+        probe_user,
+    ))
+    .unwrap();
     read_replies(&mut s, 1, &mut Vec::new()).unwrap();
     let usage = memory_usage(&relcache, &format!("user:{probe_user}"));
     let table_len = Builder::new().build(&follows(probe_user)).len() as u64;
@@ -208,24 +247,43 @@ fn main() {
     let budget = {
         let mut s = relcache.connect();
         let max = match roundtrip(&mut s, &[b"CONFIG", b"GET", b"maxmemory"]).unwrap() {
-            Frame::Array(v) => match &v[1] { Frame::Bulk(b) => String::from_utf8_lossy(b).parse::<u64>().unwrap(), _ => 0 },
+            Frame::Array(v) => match &v[1] {
+                Frame::Bulk(b) => String::from_utf8_lossy(b).parse::<u64>().unwrap(),
+                _ => 0,
+            },
             _ => 0,
         };
         max - baseline
     };
-    let exact = exact_lru(&trace, budget, |u| Builder::new().capacity_for(follows(u).len() as u64).map(|c| 32 + 8 * c as u64).unwrap_or(0) + overhead + 12) as f64
+    let exact = exact_lru(&trace, budget, |u| {
+        Builder::new()
+            .capacity_for(follows(u).len() as u64)
+            .map(|c| 32 + 8 * c as u64)
+            .unwrap_or(0)
+            + overhead
+            + 12
+    }) as f64
         / trace.len() as f64;
 
     println!("\n| measure | relcache | redis | exact LRU (relcache's budget) |\n|---|---|---|---|");
-    println!("| hit ratio | {:.4} | {:.4} | {:.4} |", results[0], results[1], exact);
+    println!(
+        "| hit ratio | {:.4} | {:.4} | {:.4} |",
+        results[0], results[1], exact
+    );
     println!(
         "| loads per 1,000 lookups | {:.1} | {:.1} | {:.1} |",
         1000.0 * (1.0 - results[0]),
         1000.0 * (1.0 - results[1]),
         1000.0 * (1.0 - exact)
     );
-    println!("| relcache vs exact LRU | {:+.2} points | | |", 100.0 * (results[0] - exact));
-    println!("| Redis loads / relcache loads | {:.2}x | | |", (1.0 - results[1]) / (1.0 - results[0]));
+    println!(
+        "| relcache vs exact LRU | {:+.2} points | | |",
+        100.0 * (results[0] - exact)
+    );
+    println!(
+        "| Redis loads / relcache loads | {:.2}x | | |",
+        (1.0 - results[1]) / (1.0 - results[0])
+    );
 
     println!("\nread throughput while a writer loads 500 new users/s:");
     let off = read_throughput("0");

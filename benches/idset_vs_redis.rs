@@ -31,7 +31,9 @@ const BIG_SET: u64 = 20_000;
 
 fn user_ids(user: u64) -> Vec<u64> {
     // Spread-out ids like real user ids; deterministic per user.
-    (0..IDS_PER_USER).map(|i| (user * 7_919 + i * 104_729) % 1_000_000_007 + 1).collect()
+    (0..IDS_PER_USER)
+        .map(|i| (user * 7_919 + i * 104_729) % 1_000_000_007 + 1)
+        .collect()
 }
 
 fn decimal(ids: &[u64]) -> Vec<Vec<u8>> {
@@ -58,7 +60,11 @@ fn load(t: &Target) {
             let n = batch.len();
             std::io::Write::write_all(&mut s, &batch.concat()).unwrap();
             let replies = support::read_replies(&mut s, n, &mut Vec::new()).unwrap();
-            assert!(replies.iter().all(|r| !r.is_error()), "load failed: {:?}", replies.iter().find(|r| r.is_error()));
+            assert!(
+                replies.iter().all(|r| !r.is_error()),
+                "load failed: {:?}",
+                replies.iter().find(|r| r.is_error())
+            );
             batch.clear();
         }
     }
@@ -67,7 +73,10 @@ fn load(t: &Target) {
 /// 100 probe ids for user `u`: half members, half not.
 fn probes(u: u64) -> Vec<u64> {
     let ids = user_ids(u);
-    (0..50).map(|i| ids[i * 37]).chain((0..50).map(|i| 2_000_000_000 + i)).collect()
+    (0..50)
+        .map(|i| ids[i * 37])
+        .chain((0..50).map(|i| 2_000_000_000 + i))
+        .collect()
 }
 
 fn smismember_requests() -> Vec<Vec<u8>> {
@@ -152,7 +161,10 @@ fn main() {
         return;
     }
     let rounds = rounds();
-    println!("# idset vs Redis sets — {} — {rounds} rounds, medians", machine());
+    println!(
+        "# idset vs Redis sets — {} — {rounds} rounds, medians",
+        machine()
+    );
     let relcache = Target::relcache(&[]);
     let redis = Target::redis(&[]);
     let targets = [&relcache, &redis];
@@ -167,10 +179,18 @@ fn main() {
         let after = t.info_u64("used_memory");
         let b = (after - before) as f64 / (USERS * IDS_PER_USER) as f64;
         per_id.push(b);
-        println!("load {USERS} users x {IDS_PER_USER} ids into {}: {secs:.2}s, {b:.2} bytes/id", t.name());
+        println!(
+            "load {USERS} users x {IDS_PER_USER} ids into {}: {secs:.2}s, {b:.2} bytes/id",
+            t.name()
+        );
     }
     println!("\n| measure | relcache | redis | ratio |\n|---|---|---|---|");
-    println!("| bytes per stored id | {:.2} | {:.2} | {:.1}x smaller |", per_id[0], per_id[1], per_id[1] / per_id[0]);
+    println!(
+        "| bytes per stored id | {:.2} | {:.2} | {:.1}x smaller |",
+        per_id[0],
+        per_id[1],
+        per_id[1] / per_id[0]
+    );
 
     let smis = smismember_requests();
     for (p, c) in [(16, 50), (1, 50)] {
@@ -179,12 +199,22 @@ fn main() {
             assert_eq!(rate.errors, 0, "{} errors", t.name());
             rate.requests_per_sec * 100.0
         });
-        println!("| SMISMEMBER 100 ids, -P {p} -c {c}: ids checked/s | {:.0} | {:.0} | {:.2}x |", r[0], r[1], r[0] / r[1]);
+        println!(
+            "| SMISMEMBER 100 ids, -P {p} -c {c}: ids checked/s | {:.0} | {:.0} | {:.2}x |",
+            r[0],
+            r[1],
+            r[0] / r[1]
+        );
     }
     let bin = mexistsbin_requests();
     for (p, c) in [(16, 50), (1, 50)] {
-        let r = alternate(&[&relcache], rounds, |t| blast(t.port(), &bin, c, p, 3.0).requests_per_sec * 100.0);
-        println!("| IDSET.MEXISTSBIN 100 ids, -P {p} -c {c}: ids checked/s | {:.0} | – | – |", r[0]);
+        let r = alternate(&[&relcache], rounds, |t| {
+            blast(t.port(), &bin, c, p, 3.0).requests_per_sec * 100.0
+        });
+        println!(
+            "| IDSET.MEXISTSBIN 100 ids, -P {p} -c {c}: ids checked/s | {:.0} | – | – |",
+            r[0]
+        );
     }
 
     let big: Vec<u64> = (1..=BIG_SET).map(|i| i * 13).collect();
@@ -203,6 +233,13 @@ fn main() {
     let idle = alternate(&targets, rounds, |t| get_p99_under_load(t, false));
     let loaded = alternate(&targets, rounds, |t| get_p99_under_load(t, true));
     println!("| GET p99 idle, µs | {:.0} | {:.0} | |", idle[0], idle[1]);
-    println!("| GET p99 while loading {BIG_SET}-id sets 50/s, µs | {:.0} | {:.0} | |", loaded[0], loaded[1]);
-    println!("| GET p99 loaded / idle | {:.2}x | {:.2}x | |", loaded[0] / idle[0], loaded[1] / idle[1]);
+    println!(
+        "| GET p99 while loading {BIG_SET}-id sets 50/s, µs | {:.0} | {:.0} | |",
+        loaded[0], loaded[1]
+    );
+    println!(
+        "| GET p99 loaded / idle | {:.2}x | {:.2}x | |",
+        loaded[0] / idle[0],
+        loaded[1] / idle[1]
+    );
 }

@@ -72,9 +72,13 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let config = Config::default();
     if let Some(path) = &cli.config_file {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        config.load_file(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        *config.config_file.write() = Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()));
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        config
+            .load_file(&text)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        *config.config_file.write() =
+            Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()));
     }
     let flags: [(&str, Option<String>); 13] = [
         ("port", cli.port.map(|p| p.to_string())),
@@ -93,7 +97,9 @@ fn main() -> anyhow::Result<()> {
     ];
     for (name, value) in flags {
         if let Some(v) = value {
-            config.set(name, &v, true).map_err(|e| anyhow::anyhow!("--{name}: {e}"))?;
+            config
+                .set(name, &v, true)
+                .map_err(|e| anyhow::anyhow!("--{name}: {e}"))?;
         }
     }
 
@@ -105,7 +111,9 @@ fn main() -> anyhow::Result<()> {
         _ => "info",
     };
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level)))
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level)),
+        )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
@@ -117,7 +125,12 @@ fn main() -> anyhow::Result<()> {
     let rt = rt.enable_all().thread_name("relcache-worker").build()?;
     rt.block_on(async move {
         let port = config.port.load(std::sync::atomic::Ordering::Relaxed) as u16;
-        let addrs: Vec<SocketAddr> = config.bind.read().iter().map(|ip| SocketAddr::new(*ip, port)).collect();
+        let addrs: Vec<SocketAddr> = config
+            .bind
+            .read()
+            .iter()
+            .map(|ip| SocketAddr::new(*ip, port))
+            .collect();
         let listener = tokio::net::TcpListener::bind(&addrs[..])
             .await
             .with_context(|| format!("binding {addrs:?}"))?;
@@ -130,7 +143,10 @@ fn main() -> anyhow::Result<()> {
 /// SIGTERM and SIGINT start a graceful shutdown.
 async fn signals(shutdown: CancellationToken) {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         tracing::error!("cannot install signal handlers");
         return;
     };

@@ -17,7 +17,9 @@ fn info_field(con: &mut redis::Connection, field: &str) -> u64 {
 }
 
 fn table(seed: u64, n: u64) -> Vec<u8> {
-    let ids: Vec<u64> = (0..n).map(|i| seed.wrapping_mul(1_000_003) ^ (i * 7 + 1)).collect();
+    let ids: Vec<u64> = (0..n)
+        .map(|i| seed.wrapping_mul(1_000_003) ^ (i * 7 + 1))
+        .collect();
     Builder::new().build(&ids)
 }
 
@@ -40,24 +42,39 @@ fn loading_ten_times_maxmemory_evicts_cold_users_and_keeps_hot_ones() {
         if i % 10 == 0 {
             // The hot users (those loaded so far) are asked about all the time.
             for k in hot.iter().take(i as usize + 1) {
-                let _: Option<i64> = redis::cmd("IDSET.EXISTS").arg(k).arg(8).query(&mut con).unwrap();
+                let _: Option<i64> = redis::cmd("IDSET.EXISTS")
+                    .arg(k)
+                    .arg(8)
+                    .query(&mut con)
+                    .unwrap();
             }
             peak = peak.max(info_field(&mut con, "used_memory"));
         }
     }
     let used = info_field(&mut con, "used_memory");
     assert!(used <= limit + SLACK, "used_memory {used} over limit");
-    assert!(peak <= limit + SLACK, "peak sampled used_memory {peak} over limit");
+    assert!(
+        peak <= limit + SLACK,
+        "peak sampled used_memory {peak} over limit"
+    );
     let evicted = info_field(&mut con, "evicted_keys");
     assert!(evicted > n / 2, "evicted_keys {evicted} of {n}");
     let dbsize: u64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
-    assert_eq!(dbsize + evicted, n, "every key is either stored or counted as evicted");
+    assert_eq!(
+        dbsize + evicted,
+        n,
+        "every key is either stored or counted as evicted"
+    );
     for k in &hot {
         let exists: i64 = redis::cmd("EXISTS").arg(k).query(&mut con).unwrap();
         assert_eq!(exists, 1, "hot key {k} was evicted");
     }
     let cold_left = (20..n / 2).filter(|i| {
-        redis::cmd("EXISTS").arg(format!("user:{i}")).query::<i64>(&mut con).unwrap() == 1
+        redis::cmd("EXISTS")
+            .arg(format!("user:{i}"))
+            .query::<i64>(&mut con)
+            .unwrap()
+            == 1
     });
     assert_eq!(cold_left.count(), 0, "untouched early users should be gone");
     let pong: String = redis::cmd("PING").query(&mut con).unwrap();
@@ -71,7 +88,11 @@ fn noeviction_refuses_writes_with_oom_and_keeps_serving_reads() {
     let t = table(2, 20_000);
     let mut stored = 0;
     let err = loop {
-        match redis::cmd("SET").arg(format!("k{stored}")).arg(&t).query::<()>(&mut con) {
+        match redis::cmd("SET")
+            .arg(format!("k{stored}"))
+            .arg(&t)
+            .query::<()>(&mut con)
+        {
             Ok(()) => stored += 1,
             Err(e) => break e,
         }
@@ -79,14 +100,26 @@ fn noeviction_refuses_writes_with_oom_and_keeps_serving_reads() {
     };
     assert!(stored > 10, "stored only {stored}");
     assert_eq!(err.code(), Some("OOM"), "{err}");
-    assert!(err.to_string().contains("command not allowed when used memory > 'maxmemory'"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("command not allowed when used memory > 'maxmemory'"),
+        "{err}"
+    );
     let back: Vec<u8> = redis::cmd("GET").arg("k0").query(&mut con).unwrap();
     assert_eq!(back, t, "reads still work");
     let card: i64 = redis::cmd("IDSET.CARD").arg("k1").query(&mut con).unwrap();
     assert_eq!(card, 20_000);
-    let deleted: i64 = redis::cmd("DEL").arg("k0").arg("k1").query(&mut con).unwrap();
+    let deleted: i64 = redis::cmd("DEL")
+        .arg("k0")
+        .arg("k1")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(deleted, 2, "deletes are not denied");
-    let () = redis::cmd("SET").arg("again").arg(&t).query(&mut con).unwrap();
+    let () = redis::cmd("SET")
+        .arg("again")
+        .arg(&t)
+        .query(&mut con)
+        .unwrap();
     assert_eq!(info_field(&mut con, "evicted_keys"), 0);
 }
 
@@ -96,17 +129,39 @@ fn policy_and_limit_are_settable_at_run_time_and_volatile_lru_spares_persistent_
     let mut con = s.conn();
     let t = table(3, 20_000);
     for i in 0..20 {
-        let () = redis::cmd("SET").arg(format!("persistent{i}")).arg(&t).query(&mut con).unwrap();
+        let () = redis::cmd("SET")
+            .arg(format!("persistent{i}"))
+            .arg(&t)
+            .query(&mut con)
+            .unwrap();
     }
     let used = info_field(&mut con, "used_memory");
-    let () = redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("volatile-lru").query(&mut con).unwrap();
-    let () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(used + 4 * 1024 * 1024).query(&mut con).unwrap();
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("volatile-lru")
+        .query(&mut con)
+        .unwrap();
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(used + 4 * 1024 * 1024)
+        .query(&mut con)
+        .unwrap();
     for i in 0..100 {
-        let r = redis::cmd("SET").arg(format!("volatile{i}")).arg(&t).arg("EX").arg(1000).query::<()>(&mut con);
+        let r = redis::cmd("SET")
+            .arg(format!("volatile{i}"))
+            .arg(&t)
+            .arg("EX")
+            .arg(1000)
+            .query::<()>(&mut con);
         r.unwrap();
     }
     for i in 0..20 {
-        let e: i64 = redis::cmd("EXISTS").arg(format!("persistent{i}")).query(&mut con).unwrap();
+        let e: i64 = redis::cmd("EXISTS")
+            .arg(format!("persistent{i}"))
+            .query(&mut con)
+            .unwrap();
         assert_eq!(e, 1, "volatile-lru must not evict keys without a TTL");
     }
     assert!(info_field(&mut con, "evicted_keys") >= 70);
@@ -118,9 +173,17 @@ fn object_idletime_reports_recency() {
     let mut con = s.conn();
     let () = redis::cmd("SET").arg("a").arg("1").query(&mut con).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(2100));
-    let idle: i64 = redis::cmd("OBJECT").arg("IDLETIME").arg("a").query(&mut con).unwrap();
+    let idle: i64 = redis::cmd("OBJECT")
+        .arg("IDLETIME")
+        .arg("a")
+        .query(&mut con)
+        .unwrap();
     assert!((2..=3).contains(&idle), "idle {idle}");
     let _: String = redis::cmd("GET").arg("a").query(&mut con).unwrap();
-    let idle: i64 = redis::cmd("OBJECT").arg("IDLETIME").arg("a").query(&mut con).unwrap();
+    let idle: i64 = redis::cmd("OBJECT")
+        .arg("IDLETIME")
+        .arg("a")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(idle, 0);
 }

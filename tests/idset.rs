@@ -27,17 +27,33 @@ fn set_of_a_prebuilt_table_is_a_usable_set_and_get_returns_it() {
     let mut con = s.conn();
     let ids: Vec<u64> = (1..=2000).map(|i| i * 7).chain([0, u64::MAX]).collect();
     let table = Builder::new().build(&ids);
-    let () = redis::cmd("SET").arg("u:1").arg(&table).query(&mut con).unwrap();
+    let () = redis::cmd("SET")
+        .arg("u:1")
+        .arg(&table)
+        .query(&mut con)
+        .unwrap();
     let back: Vec<u8> = redis::cmd("GET").arg("u:1").query(&mut con).unwrap();
     assert_eq!(back, table, "GET returns the exact bytes");
     let t: String = redis::cmd("TYPE").arg("u:1").query(&mut con).unwrap();
     assert_eq!(t, "set");
     let card: i64 = redis::cmd("IDSET.CARD").arg("u:1").query(&mut con).unwrap();
     assert_eq!(card, 2002);
-    let yes: i64 = redis::cmd("IDSET.EXISTS").arg("u:1").arg(14).query(&mut con).unwrap();
-    let no: i64 = redis::cmd("IDSET.EXISTS").arg("u:1").arg(15).query(&mut con).unwrap();
+    let yes: i64 = redis::cmd("IDSET.EXISTS")
+        .arg("u:1")
+        .arg(14)
+        .query(&mut con)
+        .unwrap();
+    let no: i64 = redis::cmd("IDSET.EXISTS")
+        .arg("u:1")
+        .arg(15)
+        .query(&mut con)
+        .unwrap();
     assert_eq!((yes, no), (1, 0));
-    let max: i64 = redis::cmd("SISMEMBER").arg("u:1").arg(u64::MAX.to_string()).query(&mut con).unwrap_or(-1);
+    let max: i64 = redis::cmd("SISMEMBER")
+        .arg("u:1")
+        .arg(u64::MAX.to_string())
+        .query(&mut con)
+        .unwrap_or(-1);
     // SISMEMBER comes from the set family; if registered it must agree.
     if max != -1 {
         assert_eq!(max, 1);
@@ -48,7 +64,11 @@ fn set_of_a_prebuilt_table_is_a_usable_set_and_get_returns_it() {
 fn hostile_tables_are_refused_and_touch_nothing() {
     let s = TestServer::start();
     let mut con = s.conn();
-    let () = redis::cmd("SET").arg("other").arg("keep me").query(&mut con).unwrap();
+    let () = redis::cmd("SET")
+        .arg("other")
+        .arg("keep me")
+        .query(&mut con)
+        .unwrap();
     let good = Builder::new().build(&[1, 2, 3, 4, 5]);
     let mut cases: Vec<(Vec<u8>, &str)> = Vec::new();
     cases.push((good[..good.len() - 1].to_vec(), "length"));
@@ -60,8 +80,14 @@ fn hostile_tables_are_refused_and_touch_nothing() {
     cases.push((bad_version, "version"));
     let mut moved = good.clone();
     // Swap an id into the wrong slot: it becomes unreachable or duplicated.
-    let first = (0..5).map(|i| 32 + 8 * i).find(|&o| good[o..o + 8] != [0; 8]).unwrap();
-    let empty = (0..5).map(|i| 32 + 8 * i).find(|&o| good[o..o + 8] == [0; 8]).unwrap();
+    let first = (0..5)
+        .map(|i| 32 + 8 * i)
+        .find(|&o| good[o..o + 8] != [0; 8])
+        .unwrap();
+    let empty = (0..5)
+        .map(|i| 32 + 8 * i)
+        .find(|&o| good[o..o + 8] == [0; 8])
+        .unwrap();
     moved.copy_within(first..first + 8, empty);
     moved[first..first + 8].copy_from_slice(&[0; 8]);
     cases.push((moved, "reach"));
@@ -71,7 +97,11 @@ fn hostile_tables_are_refused_and_touch_nothing() {
             let r: redis::RedisResult<RV> = if c == "SET" {
                 redis::cmd("SET").arg("victim").arg(bytes).query(&mut con)
             } else {
-                redis::cmd("IDSET.LOAD").arg("victim").arg("TABLE").arg(bytes).query(&mut con)
+                redis::cmd("IDSET.LOAD")
+                    .arg("victim")
+                    .arg("TABLE")
+                    .arg(bytes)
+                    .query(&mut con)
             };
             let err = r.expect_err(what).to_string();
             assert!(err.contains("invalid idset table"), "{c} {what}: {err}");
@@ -87,12 +117,30 @@ fn hostile_tables_are_refused_and_touch_nothing() {
 fn load_forms_expiry_and_missing_keys() {
     let s = TestServer::start();
     let mut con = s.conn();
-    let n: i64 = redis::cmd("IDSET.LOAD").arg("a").arg("IDS").arg(&[5, 6, 7, 7]).query(&mut con).unwrap();
+    let n: i64 = redis::cmd("IDSET.LOAD")
+        .arg("a")
+        .arg("IDS")
+        .arg(&[5, 6, 7, 7])
+        .query(&mut con)
+        .unwrap();
     assert_eq!(n, 3);
-    let n: i64 = redis::cmd("IDSET.LOAD").arg("b").arg("PACKED").arg(packed(&[1, 2, 0])).query(&mut con).unwrap();
+    let n: i64 = redis::cmd("IDSET.LOAD")
+        .arg("b")
+        .arg("PACKED")
+        .arg(packed(&[1, 2, 0]))
+        .query(&mut con)
+        .unwrap();
     assert_eq!(n, 3);
-    let n: i64 = redis::cmd("IDSET.LOAD").arg("c").arg("PX").arg(100_000).arg("RESERVE").arg(100).arg("TABLE")
-        .arg(Builder::new().build(&[9])).query(&mut con).unwrap();
+    let n: i64 = redis::cmd("IDSET.LOAD")
+        .arg("c")
+        .arg("PX")
+        .arg(100_000)
+        .arg("RESERVE")
+        .arg(100)
+        .arg("TABLE")
+        .arg(Builder::new().build(&[9]))
+        .query(&mut con)
+        .unwrap();
     assert_eq!(n, 1);
     let pttl: i64 = redis::cmd("PTTL").arg("c").query(&mut con).unwrap_or(-99);
     if pttl != -99 {
@@ -102,27 +150,55 @@ fn load_forms_expiry_and_missing_keys() {
     let text = format!("{room:?}");
     assert!(text.contains("room_in_place"), "{text}");
     // Errors.
-    let e = cmd(&mut con, &[b"IDSET.LOAD", b"x", b"PACKED", b"123"]).unwrap_err().to_string();
+    let e = cmd(&mut con, &[b"IDSET.LOAD", b"x", b"PACKED", b"123"])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("multiple of 8"), "{e}");
-    let e = cmd(&mut con, &[b"IDSET.LOAD", b"x", b"IDS", b"1", b"-2"]).unwrap_err().to_string();
+    let e = cmd(&mut con, &[b"IDSET.LOAD", b"x", b"IDS", b"1", b"-2"])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("'-2' is not a valid id"), "{e}");
-    let e = cmd(&mut con, &[b"IDSET.LOAD", b"x", b"EX", b"0", b"IDS", b"1"]).unwrap_err().to_string();
+    let e = cmd(&mut con, &[b"IDSET.LOAD", b"x", b"EX", b"0", b"IDS", b"1"])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("invalid expire time"), "{e}");
-    let e = cmd(&mut con, &[b"IDSET.LOAD", b"x", b"BOGUS", b"1"]).unwrap_err().to_string();
+    let e = cmd(&mut con, &[b"IDSET.LOAD", b"x", b"BOGUS", b"1"])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("syntax error"), "{e}");
     // A missing key is nil for every read, never "no".
-    for c in [&["IDSET.EXISTS", "nope", "1"][..], &["IDSET.CARD", "nope"], &["IDSET.MEXISTS", "nope", "1", "2"], &["IDSET.MEMBERS", "nope"], &["IDSET.INFO", "nope"], &["IDSET.REM", "nope", "1"]] {
+    for c in [
+        &["IDSET.EXISTS", "nope", "1"][..],
+        &["IDSET.CARD", "nope"],
+        &["IDSET.MEXISTS", "nope", "1", "2"],
+        &["IDSET.MEMBERS", "nope"],
+        &["IDSET.INFO", "nope"],
+        &["IDSET.REM", "nope", "1"],
+    ] {
         let args: Vec<&[u8]> = c.iter().map(|s| s.as_bytes()).collect();
         let r = cmd(&mut con, &args).unwrap();
         assert_eq!(r, RV::Nil, "{c:?}");
     }
     // An empty set is an answer, not a miss.
-    let n: i64 = redis::cmd("IDSET.LOAD").arg("empty").arg("PACKED").arg(b"").query(&mut con).unwrap();
+    let n: i64 = redis::cmd("IDSET.LOAD")
+        .arg("empty")
+        .arg("PACKED")
+        .arg(b"")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(n, 0);
-    let r: i64 = redis::cmd("IDSET.EXISTS").arg("empty").arg(1).query(&mut con).unwrap();
+    let r: i64 = redis::cmd("IDSET.EXISTS")
+        .arg("empty")
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
     assert_eq!(r, 0);
     // Wrong type both ways.
-    let () = redis::cmd("SET").arg("str").arg("x").query(&mut con).unwrap();
+    let () = redis::cmd("SET")
+        .arg("str")
+        .arg("x")
+        .query(&mut con)
+        .unwrap();
     let e = cmd(&mut con, &[b"IDSET.CARD", b"str"]).unwrap_err();
     assert_eq!(e.code(), Some("WRONGTYPE"), "{e}");
     let e = cmd(&mut con, &[b"APPEND", b"a", b"x"]).unwrap_err();
@@ -134,19 +210,37 @@ fn batch_membership_decimal_and_binary() {
     let s = TestServer::start();
     let mut con = s.conn();
     let members: Vec<u64> = (0..1000).map(|i| i * 3).collect();
-    let () = redis::cmd("SET").arg("f").arg(Builder::new().build(&members)).query(&mut con).unwrap();
+    let () = redis::cmd("SET")
+        .arg("f")
+        .arg(Builder::new().build(&members))
+        .query(&mut con)
+        .unwrap();
     let probes: Vec<u64> = (0..100).collect();
-    let r: Vec<i64> = redis::cmd("IDSET.MEXISTS").arg("f").arg(&probes).query(&mut con).unwrap();
+    let r: Vec<i64> = redis::cmd("IDSET.MEXISTS")
+        .arg("f")
+        .arg(&probes)
+        .query(&mut con)
+        .unwrap();
     let want: Vec<i64> = probes.iter().map(|p| (p % 3 == 0) as i64).collect();
     assert_eq!(r, want);
-    let bitmap: Vec<u8> = redis::cmd("IDSET.MEXISTSBIN").arg("f").arg(packed(&probes)).query(&mut con).unwrap();
+    let bitmap: Vec<u8> = redis::cmd("IDSET.MEXISTSBIN")
+        .arg("f")
+        .arg(packed(&probes))
+        .query(&mut con)
+        .unwrap();
     assert_eq!(bitmap.len(), 13);
     for (i, p) in probes.iter().enumerate() {
         assert_eq!(bitmap[i / 8] >> (i % 8) & 1 == 1, p % 3 == 0, "probe {p}");
     }
-    let nil: RV = redis::cmd("IDSET.MEXISTSBIN").arg("missing").arg(packed(&[1])).query(&mut con).unwrap();
+    let nil: RV = redis::cmd("IDSET.MEXISTSBIN")
+        .arg("missing")
+        .arg(packed(&[1]))
+        .query(&mut con)
+        .unwrap();
     assert_eq!(nil, RV::Nil);
-    let e = cmd(&mut con, &[b"IDSET.MEXISTSBIN", b"f", b"abc"]).unwrap_err().to_string();
+    let e = cmd(&mut con, &[b"IDSET.MEXISTSBIN", b"f", b"abc"])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("multiple of 8"), "{e}");
 }
 
@@ -154,19 +248,44 @@ fn batch_membership_decimal_and_binary() {
 fn add_rem_in_place_with_xx_and_growth() {
     let s = TestServer::start();
     let mut con = s.conn();
-    let r: RV = redis::cmd("IDSET.ADD").arg("w").arg("XX").arg(1).query(&mut con).unwrap();
+    let r: RV = redis::cmd("IDSET.ADD")
+        .arg("w")
+        .arg("XX")
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
     assert_eq!(r, RV::Nil, "XX never creates a partial set");
-    assert_eq!(redis::cmd("EXISTS").arg("w").query::<i64>(&mut con).unwrap(), 0);
-    let n: i64 = redis::cmd("IDSET.LOAD").arg("w").arg("IDS").arg(1).query(&mut con).unwrap();
+    assert_eq!(
+        redis::cmd("EXISTS")
+            .arg("w")
+            .query::<i64>(&mut con)
+            .unwrap(),
+        0
+    );
+    let n: i64 = redis::cmd("IDSET.LOAD")
+        .arg("w")
+        .arg("IDS")
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
     assert_eq!(n, 1);
     let mut model: HashSet<u64> = [1].into();
     // Grow from 1 id to 5,000 through many rebuilds.
     for chunk in (2..5000u64).collect::<Vec<_>>().chunks(97) {
-        let added: i64 = redis::cmd("IDSET.ADD").arg("w").arg("XX").arg(chunk).query(&mut con).unwrap();
+        let added: i64 = redis::cmd("IDSET.ADD")
+            .arg("w")
+            .arg("XX")
+            .arg(chunk)
+            .query(&mut con)
+            .unwrap();
         let want = chunk.iter().filter(|i| model.insert(**i)).count() as i64;
         assert_eq!(added, want);
     }
-    let removed: i64 = redis::cmd("IDSET.REM").arg("w").arg(&[1, 2, 3, 999_999]).query(&mut con).unwrap();
+    let removed: i64 = redis::cmd("IDSET.REM")
+        .arg("w")
+        .arg(&[1, 2, 3, 999_999])
+        .query(&mut con)
+        .unwrap();
     assert_eq!(removed, 3);
     for i in [1, 2, 3] {
         model.remove(&i);
@@ -178,8 +297,18 @@ fn add_rem_in_place_with_xx_and_growth() {
     assert_eq!(t.iter().collect::<HashSet<_>>(), model);
     // Removing everything keeps an empty set.
     let all: Vec<u64> = model.iter().copied().collect();
-    let _: i64 = redis::cmd("IDSET.REM").arg("w").arg(&all).query(&mut con).unwrap();
-    assert_eq!(redis::cmd("IDSET.CARD").arg("w").query::<i64>(&mut con).unwrap(), 0);
+    let _: i64 = redis::cmd("IDSET.REM")
+        .arg("w")
+        .arg(&all)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        redis::cmd("IDSET.CARD")
+            .arg("w")
+            .query::<i64>(&mut con)
+            .unwrap(),
+        0
+    );
 }
 
 #[test]
@@ -187,14 +316,29 @@ fn members_scan_which_and_info() {
     let s = TestServer::start();
     let mut con = s.conn();
     let ids: Vec<u64> = (1..=500).chain([0, u64::MAX]).collect();
-    let _: i64 = redis::cmd("IDSET.LOAD").arg("m").arg("PACKED").arg(packed(&ids)).query(&mut con).unwrap();
-    let mut members: Vec<String> = redis::cmd("IDSET.MEMBERS").arg("m").query(&mut con).unwrap();
+    let _: i64 = redis::cmd("IDSET.LOAD")
+        .arg("m")
+        .arg("PACKED")
+        .arg(packed(&ids))
+        .query(&mut con)
+        .unwrap();
+    let mut members: Vec<String> = redis::cmd("IDSET.MEMBERS")
+        .arg("m")
+        .query(&mut con)
+        .unwrap();
     members.sort();
     let mut want: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
     want.sort();
     assert_eq!(members, want);
-    let p: Vec<u8> = redis::cmd("IDSET.MEMBERS").arg("m").arg("PACKED").query(&mut con).unwrap();
-    let mut got: Vec<u64> = p.chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
+    let p: Vec<u8> = redis::cmd("IDSET.MEMBERS")
+        .arg("m")
+        .arg("PACKED")
+        .query(&mut con)
+        .unwrap();
+    let mut got: Vec<u64> = p
+        .chunks(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
     got.sort();
     let mut sorted = ids.clone();
     sorted.sort();
@@ -203,8 +347,13 @@ fn members_scan_which_and_info() {
     let mut cursor = "0".to_string();
     let mut seen = Vec::new();
     loop {
-        let (next, page): (String, Vec<String>) =
-            redis::cmd("IDSET.SCAN").arg("m").arg(&cursor).arg("COUNT").arg(50).query(&mut con).unwrap();
+        let (next, page): (String, Vec<String>) = redis::cmd("IDSET.SCAN")
+            .arg("m")
+            .arg(&cursor)
+            .arg("COUNT")
+            .arg(50)
+            .query(&mut con)
+            .unwrap();
         seen.extend(page);
         if next == "0" {
             break;
@@ -214,19 +363,50 @@ fn members_scan_which_and_info() {
     seen.sort();
     assert_eq!(seen, want);
     // WHICH: per key 1 / 0 / nil.
-    let _: i64 = redis::cmd("IDSET.LOAD").arg("n").arg("IDS").arg(7).query(&mut con).unwrap();
-    let r: Vec<Option<i64>> = redis::cmd("IDSET.WHICH").arg(7).arg("m").arg("n").arg("missing").arg("m").query(&mut con).unwrap();
+    let _: i64 = redis::cmd("IDSET.LOAD")
+        .arg("n")
+        .arg("IDS")
+        .arg(7)
+        .query(&mut con)
+        .unwrap();
+    let r: Vec<Option<i64>> = redis::cmd("IDSET.WHICH")
+        .arg(7)
+        .arg("m")
+        .arg("n")
+        .arg("missing")
+        .arg("m")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(r, vec![Some(1), Some(1), None, Some(1)]);
-    let r: Vec<Option<i64>> = redis::cmd("IDSET.WHICH").arg(600).arg("m").arg("n").query(&mut con).unwrap();
+    let r: Vec<Option<i64>> = redis::cmd("IDSET.WHICH")
+        .arg(600)
+        .arg("m")
+        .arg("n")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(r, vec![Some(0), Some(0)]);
-    let keys: Vec<String> = redis::cmd("COMMAND").arg("GETKEYS").arg("IDSET.WHICH").arg(7).arg("a").arg("b").query(&mut con).unwrap_or_default();
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg("IDSET.WHICH")
+        .arg(7)
+        .arg("a")
+        .arg("b")
+        .query(&mut con)
+        .unwrap_or_default();
     if !keys.is_empty() {
         assert_eq!(keys, vec!["a", "b"]);
     }
-    let info: std::collections::HashMap<String, redis::Value> = redis::cmd("IDSET.INFO").arg("m").query(&mut con).unwrap();
+    let info: std::collections::HashMap<String, redis::Value> =
+        redis::cmd("IDSET.INFO").arg("m").query(&mut con).unwrap();
     assert_eq!(info["ids"], RV::Int(502));
-    let bytes = match &info["bytes"] { RV::Int(b) => *b, v => panic!("{v:?}") };
-    let cap = match &info["capacity"] { RV::Int(b) => *b, v => panic!("{v:?}") };
+    let bytes = match &info["bytes"] {
+        RV::Int(b) => *b,
+        v => panic!("{v:?}"),
+    };
+    let cap = match &info["capacity"] {
+        RV::Int(b) => *b,
+        v => panic!("{v:?}"),
+    };
     assert_eq!(bytes, 32 + 8 * cap);
 }
 
@@ -239,12 +419,14 @@ fn resp3_shapes() {
     let mut buf = vec![0u8; 4096];
     let n = raw.read(&mut buf).unwrap();
     assert!(buf[..n].starts_with(b"%"), "HELLO 3 replies a map");
-    raw.write_all(b"IDSET.CARD nope\r\nIDSET.LOAD k IDS 1 2\r\nIDSET.INFO k\r\n").unwrap();
+    raw.write_all(b"IDSET.CARD nope\r\nIDSET.LOAD k IDS 1 2\r\nIDSET.INFO k\r\n")
+        .unwrap();
     let mut got = Vec::new();
     // The INFO map ends with the seed field; read until its value is complete.
     let complete = |g: &[u8]| {
         let t = String::from_utf8_lossy(g);
-        t.split_once("+seed\r\n:").is_some_and(|(_, rest)| rest.contains("\r\n"))
+        t.split_once("+seed\r\n:")
+            .is_some_and(|(_, rest)| rest.contains("\r\n"))
     };
     while !complete(&got) {
         let n = raw.read(&mut buf).unwrap();
@@ -253,7 +435,10 @@ fn resp3_shapes() {
     }
     let text = String::from_utf8_lossy(&got);
     assert!(text.starts_with("_\r\n:2\r\n%9\r\n"), "{text}");
-    assert!(text.contains("+load_factor\r\n,"), "doubles are RESP3 doubles: {text}");
+    assert!(
+        text.contains("+load_factor\r\n,"),
+        "doubles are RESP3 doubles: {text}"
+    );
 }
 
 proptest! {
@@ -327,7 +512,13 @@ enum Op {
 }
 
 fn id() -> impl Strategy<Value = u64> {
-    prop_oneof![0u64..200, Just(0u64), Just(u64::MAX), Just(u64::MAX - 1), any::<u64>()]
+    prop_oneof![
+        0u64..200,
+        Just(0u64),
+        Just(u64::MAX),
+        Just(u64::MAX - 1),
+        any::<u64>()
+    ]
 }
 
 fn ids() -> impl Strategy<Value = Vec<u64>> {
@@ -360,7 +551,11 @@ fn info_idsets_and_memory_usage_report_real_figures() {
     assert_eq!(field(&mut con, "idset_tables"), 0.0);
     let a = Builder::new().build(&(1..=1000).collect::<Vec<u64>>());
     let () = redis::cmd("SET").arg("a").arg(&a).query(&mut con).unwrap();
-    let _: i64 = redis::cmd("SADD").arg("b").arg(&[1, 2, 3]).query(&mut con).unwrap();
+    let _: i64 = redis::cmd("SADD")
+        .arg("b")
+        .arg(&[1, 2, 3])
+        .query(&mut con)
+        .unwrap();
     assert_eq!(field(&mut con, "idset_tables"), 2.0);
     assert_eq!(field(&mut con, "idset_ids"), 1003.0);
     let bytes = field(&mut con, "idset_bytes");
@@ -369,12 +564,23 @@ fn info_idsets_and_memory_usage_report_real_figures() {
     let load = field(&mut con, "idset_avg_load_factor");
     assert!(load > 0.5 && load <= 0.9, "load {load}");
     // In-place changes and deletes move the totals.
-    let _: i64 = redis::cmd("IDSET.ADD").arg("a").arg(&[5000, 5001]).query(&mut con).unwrap();
+    let _: i64 = redis::cmd("IDSET.ADD")
+        .arg("a")
+        .arg(&[5000, 5001])
+        .query(&mut con)
+        .unwrap();
     assert_eq!(field(&mut con, "idset_ids"), 1005.0);
     let _: i64 = redis::cmd("DEL").arg("a").query(&mut con).unwrap();
     assert_eq!(field(&mut con, "idset_tables"), 1.0);
     assert_eq!(field(&mut con, "idset_ids"), 3.0);
     // MEMORY USAGE counts the whole table.
-    let usage: i64 = redis::cmd("MEMORY").arg("USAGE").arg("b").query(&mut con).unwrap();
-    assert!(usage as usize >= b_len.len() && usage as usize <= b_len.len() + 256, "usage {usage}");
+    let usage: i64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg("b")
+        .query(&mut con)
+        .unwrap();
+    assert!(
+        usage as usize >= b_len.len() && usage as usize <= b_len.len() + 256,
+        "usage {usage}"
+    );
 }

@@ -15,11 +15,15 @@ fn info(con: &mut Connection, section: &str) -> String {
 
 /// The value of `name:` in an INFO text.
 fn info_field(text: &str, name: &str) -> Option<String> {
-    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':').map(str::to_string))
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':').map(str::to_string))
 }
 
 fn stat(con: &mut Connection, name: &str) -> u64 {
-    info_field(&info(con, "stats"), name).unwrap_or_else(|| panic!("no {name} in INFO stats")).parse().unwrap()
+    info_field(&info(con, "stats"), name)
+        .unwrap_or_else(|| panic!("no {name} in INFO stats"))
+        .parse()
+        .unwrap()
 }
 
 fn err_text(r: redis::RedisResult<Value>) -> String {
@@ -47,7 +51,10 @@ fn wait_keyspace(con: &mut Connection, pred: impl Fn(&str) -> bool) -> String {
         if pred(&ks) {
             return ks;
         }
-        assert!(Instant::now() < deadline, "keyspace never matched; last:\n{ks}");
+        assert!(
+            Instant::now() < deadline,
+            "keyspace never matched; last:\n{ks}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -58,12 +65,27 @@ fn info_reports_version_and_every_section() {
     let mut con = srv.conn();
     let all = info(&mut con, "all");
     assert!(all.contains("redis_version:7."), "{all}");
-    assert_eq!(info_field(&all, "redis_mode").as_deref(), Some("standalone"));
+    assert_eq!(
+        info_field(&all, "redis_mode").as_deref(),
+        Some("standalone")
+    );
     assert_eq!(info_field(&all, "tcp_port"), Some(srv.port.to_string()));
     assert!(info_field(&all, "relcache_version").is_some_and(|v| !v.is_empty()));
     assert_eq!(info_field(&all, "run_id").map(|r| r.len()), Some(40));
-    assert!(info_field(&all, "used_memory").unwrap().parse::<u64>().unwrap() > 0);
-    assert!(info_field(&all, "used_memory_rss").unwrap().parse::<u64>().unwrap() > 0);
+    assert!(
+        info_field(&all, "used_memory")
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            > 0
+    );
+    assert!(
+        info_field(&all, "used_memory_rss")
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            > 0
+    );
     assert_eq!(info_field(&all, "role").as_deref(), Some("master"));
     assert_eq!(info_field(&all, "loading").as_deref(), Some("0"));
     assert!(info_field(&all, "used_cpu_user").is_some());
@@ -87,18 +109,31 @@ fn info_reports_version_and_every_section() {
             "# Idsets"
         ]
     );
-    assert_eq!(info(&mut con, "everything").lines().filter(|l| l.starts_with("# ")).count(), 14);
+    assert_eq!(
+        info(&mut con, "everything")
+            .lines()
+            .filter(|l| l.starts_with("# "))
+            .count(),
+        14
+    );
 
     // The default set leaves out commandstats and latencystats; order is Redis's, not
     // the request's; an unknown section gives an empty text.
     let default: String = redis::cmd("INFO").query(&mut con).unwrap();
     assert!(default.contains("# Keyspace") && !default.contains("# Commandstats"));
-    let two: String = redis::cmd("INFO").arg("KEYSPACE").arg("server").query(&mut con).unwrap();
+    let two: String = redis::cmd("INFO")
+        .arg("KEYSPACE")
+        .arg("server")
+        .query(&mut con)
+        .unwrap();
     let h: Vec<&str> = two.lines().filter(|l| l.starts_with("# ")).collect();
     assert_eq!(h, ["# Server", "# Keyspace"]);
     assert_eq!(info(&mut con, "nosuchsection"), "");
     // The harness's readiness probe may not be unregistered yet: at least this one.
-    let clients: u64 = info_field(&info(&mut con, "clients"), "connected_clients").unwrap().parse().unwrap();
+    let clients: u64 = info_field(&info(&mut con, "clients"), "connected_clients")
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(clients >= 1);
 }
 
@@ -114,14 +149,24 @@ fn info_wire_format_is_crlf_lines_and_verbatim_in_resp3() {
     roundtrip(&mut s, &resp_cmd(&[b"INFO", b"keyspace"]), &want);
     roundtrip(&mut s, &resp_cmd(&[b"INFO", b"nosuch"]), b"$0\r\n\r\n");
     // Two sections are separated by one empty line.
-    s.write_all(&resp_cmd(&[b"INFO", b"cluster", b"keyspace"])).unwrap();
-    let body = b"# Cluster\r\ncluster_enabled:0\r\n\r\n# Keyspace\r\ndb0:keys=1,expires=0,avg_ttl=0\r\n";
-    let got = read_n(&mut s, format!("${}\r\n", body.len()).len() + body.len() + 2);
-    assert!(got.ends_with(&[&body[..], b"\r\n"].concat()), "{}", String::from_utf8_lossy(&got));
+    s.write_all(&resp_cmd(&[b"INFO", b"cluster", b"keyspace"]))
+        .unwrap();
+    let body =
+        b"# Cluster\r\ncluster_enabled:0\r\n\r\n# Keyspace\r\ndb0:keys=1,expires=0,avg_ttl=0\r\n";
+    let got = read_n(
+        &mut s,
+        format!("${}\r\n", body.len()).len() + body.len() + 2,
+    );
+    assert!(
+        got.ends_with(&[&body[..], b"\r\n"].concat()),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
 
     let mut s3 = srv.raw();
     s3.write_all(&resp_cmd(&[b"HELLO", b"3"])).unwrap();
-    s3.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    s3.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
     let _ = read_to_end(&mut s3);
     s3.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut want = format!("={}\r\ntxt:", expected.len() + 4).into_bytes();
@@ -134,7 +179,10 @@ fn info_wire_format_is_crlf_lines_and_verbatim_in_resp3() {
 fn info_keyspace_follows_sets_deletes_and_expiries() {
     let srv = TestServer::start();
     let mut con = srv.conn();
-    assert!(!info(&mut con, "keyspace").contains("db0:"), "empty keyspace prints no db line");
+    assert!(
+        !info(&mut con, "keyspace").contains("db0:"),
+        "empty keyspace prints no db line"
+    );
     query(&mut con, &["SET", "a", "1"]).unwrap();
     query(&mut con, &["SET", "b", "2", "EX", "100"]).unwrap();
     query(&mut con, &["SET", "c", "3", "PX", "50"]).unwrap();
@@ -183,17 +231,31 @@ fn commandstats_count_calls_and_reset_with_resetstat() {
     }
     let _ = query(&mut con, &["CONFIG", "SET", "nosuch", "1"]);
     let stats = info(&mut con, "commandstats");
-    let set = stats.lines().find(|l| l.starts_with("cmdstat_set:")).expect(&stats);
+    let set = stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_set:"))
+        .expect(&stats);
     assert!(set.starts_with("cmdstat_set:calls=7,usec="), "{set}");
-    assert!(set.contains(",usec_per_call=") && set.ends_with(",rejected_calls=0,failed_calls=0"), "{set}");
+    assert!(
+        set.contains(",usec_per_call=") && set.ends_with(",rejected_calls=0,failed_calls=0"),
+        "{set}"
+    );
     // Subcommands are named container|sub, as Redis 7 does.
     assert!(stats.contains("cmdstat_config|set:calls=1,"), "{stats}");
-    assert!(stats.lines().any(|l| l.starts_with("cmdstat_config|set:") && l.ends_with("failed_calls=1")), "{stats}");
+    assert!(
+        stats
+            .lines()
+            .any(|l| l.starts_with("cmdstat_config|set:") && l.ends_with("failed_calls=1")),
+        "{stats}"
+    );
 
     query(&mut con, &["CONFIG", "RESETSTAT"]).unwrap();
     let stats = info(&mut con, "commandstats");
     assert!(!stats.contains("cmdstat_set:"), "{stats}");
-    assert!(stats.contains("cmdstat_config|resetstat:calls=1,"), "{stats}");
+    assert!(
+        stats.contains("cmdstat_config|resetstat:calls=1,"),
+        "{stats}"
+    );
     assert_eq!(stat(&mut con, "total_error_replies"), 0);
 }
 
@@ -219,35 +281,79 @@ fn keyspace_hits_and_misses_count_reads() {
 fn config_get_shapes_and_fixed_persistence_answers() {
     let srv = TestServer::start();
     let mut con = srv.conn();
-    let v: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("maxmemory").query(&mut con).unwrap();
+    let v: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(v, ["maxmemory", "0"]);
-    let v: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("max*").query(&mut con).unwrap();
-    assert!(v.len() >= 8 && v.len() % 2 == 0, "{v:?}");
-    for name in ["maxmemory", "maxclients", "maxmemory-policy", "maxmemory-samples"] {
-        assert!(v.chunks(2).any(|p| p[0] == name), "{name} missing from {v:?}");
+    let v: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("max*")
+        .query(&mut con)
+        .unwrap();
+    assert!(v.len() >= 8 && v.len().is_multiple_of(2), "{v:?}");
+    for name in [
+        "maxmemory",
+        "maxclients",
+        "maxmemory-policy",
+        "maxmemory-samples",
+    ] {
+        assert!(
+            v.chunks(2).any(|p| p[0] == name),
+            "{name} missing from {v:?}"
+        );
     }
     // Several patterns; a parameter matched twice is listed once; case-insensitive.
-    let v: Vec<String> =
-        redis::cmd("CONFIG").arg("GET").arg("SAVE").arg("appendonly").arg("save").query(&mut con).unwrap();
-    let mut pairs: Vec<(&str, &str)> = v.chunks(2).map(|p| (p[0].as_str(), p[1].as_str())).collect();
+    let v: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("SAVE")
+        .arg("appendonly")
+        .arg("save")
+        .query(&mut con)
+        .unwrap();
+    let mut pairs: Vec<(&str, &str)> = v
+        .chunks(2)
+        .map(|p| (p[0].as_str(), p[1].as_str()))
+        .collect();
     pairs.sort();
     assert_eq!(pairs, [("appendonly", "no"), ("save", "")]);
-    let v: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("nosuch*").query(&mut con).unwrap();
+    let v: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("nosuch*")
+        .query(&mut con)
+        .unwrap();
     assert!(v.is_empty());
-    assert_eq!(err_text(query(&mut con, &["CONFIG", "GET"])), "ERR wrong number of arguments for 'config|get' command");
+    assert_eq!(
+        err_text(query(&mut con, &["CONFIG", "GET"])),
+        "ERR wrong number of arguments for 'config|get' command"
+    );
 
     // RESP3: a map.
     let mut s = srv.raw();
     s.write_all(&resp_cmd(&[b"HELLO", b"3"])).unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
     let _ = read_to_end(&mut s);
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    roundtrip(&mut s, &resp_cmd(&[b"CONFIG", b"GET", b"maxmemory"]), b"%1\r\n$9\r\nmaxmemory\r\n$1\r\n0\r\n");
-    roundtrip(&mut s, &resp_cmd(&[b"CONFIG", b"GET", b"appendonly"]), b"%1\r\n$10\r\nappendonly\r\n$2\r\nno\r\n");
+    roundtrip(
+        &mut s,
+        &resp_cmd(&[b"CONFIG", b"GET", b"maxmemory"]),
+        b"%1\r\n$9\r\nmaxmemory\r\n$1\r\n0\r\n",
+    );
+    roundtrip(
+        &mut s,
+        &resp_cmd(&[b"CONFIG", b"GET", b"appendonly"]),
+        b"%1\r\n$10\r\nappendonly\r\n$2\r\nno\r\n",
+    );
 }
 
 fn config_get(con: &mut Connection, name: &str) -> String {
-    let v: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query(con).unwrap();
+    let v: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(name)
+        .query(con)
+        .unwrap();
     assert_eq!(v.len(), 2, "{v:?}");
     v[1].clone()
 }
@@ -259,14 +365,23 @@ fn config_set_validates_everything_before_changing_anything() {
     query(&mut con, &["CONFIG", "SET", "maxmemory", "64mb"]).unwrap();
     assert_eq!(config_get(&mut con, "maxmemory"), "67108864");
     query(&mut con, &["CONFIG", "SET", "MAXMEMORY", "0", "hz", "20"]).unwrap();
-    assert_eq!((config_get(&mut con, "maxmemory").as_str(), config_get(&mut con, "hz").as_str()), ("0", "20"));
+    assert_eq!(
+        (
+            config_get(&mut con, "maxmemory").as_str(),
+            config_get(&mut con, "hz").as_str()
+        ),
+        ("0", "20")
+    );
 
     assert_eq!(
         err_text(query(&mut con, &["CONFIG", "SET", "nosuch", "1"])),
         "ERR Unknown option or number of arguments for CONFIG SET - 'nosuch'"
     );
     assert_eq!(
-        err_text(query(&mut con, &["CONFIG", "SET", "maxmemory", "1mb", "MaxMemory", "2mb"])),
+        err_text(query(
+            &mut con,
+            &["CONFIG", "SET", "maxmemory", "1mb", "MaxMemory", "2mb"]
+        )),
         "ERR CONFIG SET failed (possibly related to argument 'MaxMemory') - duplicate parameter"
     );
     assert_eq!(
@@ -277,20 +392,36 @@ fn config_set_validates_everything_before_changing_anything() {
         err_text(query(&mut con, &["CONFIG", "SET", "MAXMEMORY", "lots"])),
         "ERR CONFIG SET failed (possibly related to argument 'maxmemory') - argument must be a memory value"
     );
-    assert_eq!(err_text(query(&mut con, &["CONFIG", "SET", "maxmemory", "1", "hz"])), "ERR syntax error");
+    assert_eq!(
+        err_text(query(&mut con, &["CONFIG", "SET", "maxmemory", "1", "hz"])),
+        "ERR syntax error"
+    );
     assert_eq!(
         err_text(query(&mut con, &["CONFIG", "SET", "hz"])),
         "ERR wrong number of arguments for 'config|set' command"
     );
     // One bad value: nothing changes, not even the good ones before it.
-    assert!(query(&mut con, &["CONFIG", "SET", "maxmemory", "5mb", "hz", "100000"]).is_err());
+    assert!(query(
+        &mut con,
+        &["CONFIG", "SET", "maxmemory", "5mb", "hz", "100000"]
+    )
+    .is_err());
     assert_eq!(config_get(&mut con, "maxmemory"), "0");
     assert_eq!(config_get(&mut con, "hz"), "20");
 
-    assert_eq!(err_text(query(&mut con, &["CONFIG", "REWRITE"])), "ERR The server is running without a config file");
-    assert_eq!(err_text(query(&mut con, &["CONFIG", "NOSUCH"])), "ERR unknown subcommand 'NOSUCH'. Try CONFIG HELP.");
+    assert_eq!(
+        err_text(query(&mut con, &["CONFIG", "REWRITE"])),
+        "ERR The server is running without a config file"
+    );
+    assert_eq!(
+        err_text(query(&mut con, &["CONFIG", "NOSUCH"])),
+        "ERR unknown subcommand 'NOSUCH'. Try CONFIG HELP."
+    );
     let help: Vec<String> = redis::cmd("CONFIG").arg("HELP").query(&mut con).unwrap();
-    assert!(help[0].starts_with("CONFIG <subcommand>") && help.iter().any(|l| l == "RESETSTAT"), "{help:?}");
+    assert!(
+        help[0].starts_with("CONFIG <subcommand>") && help.iter().any(|l| l == "RESETSTAT"),
+        "{help:?}"
+    );
 }
 
 #[test]
@@ -306,8 +437,15 @@ fn proto_max_bulk_len_applies_to_new_requests() {
     let mut s = srv.raw();
     s.write_all(&resp_cmd(&[b"SET", b"big", &big])).unwrap();
     let (got, end) = read_to_end(&mut s);
-    assert_eq!(String::from_utf8_lossy(&got), "-ERR Protocol error: invalid bulk length\r\n");
-    assert_ne!(end, ReadEnd::Timeout, "the connection is closed after a framing error");
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        "-ERR Protocol error: invalid bulk length\r\n"
+    );
+    assert_ne!(
+        end,
+        ReadEnd::Timeout,
+        "the connection is closed after a framing error"
+    );
     // Others are unaffected and the old value is intact.
     let len: i64 = redis::cmd("STRLEN").arg("big").query(&mut con).unwrap();
     assert_eq!(len, big.len() as i64);
@@ -331,16 +469,28 @@ fn dbsize_flushdb_flushall() {
     assert_eq!(query(&mut con, &["FLUSHDB", "async"]).unwrap(), Value::Okay);
     assert_eq!(query(&mut con, &["GET", "a"]).unwrap(), Value::Nil);
     assert_eq!(query(&mut con, &["FLUSHALL", "SYNC"]).unwrap(), Value::Okay);
-    assert_eq!(err_text(query(&mut con, &["FLUSHALL", "now"])), "ERR syntax error");
-    assert_eq!(err_text(query(&mut con, &["FLUSHDB", "async", "sync"])), "ERR syntax error");
-    assert_eq!(err_text(query(&mut con, &["DBSIZE", "x"])), "ERR wrong number of arguments for 'dbsize' command");
+    assert_eq!(
+        err_text(query(&mut con, &["FLUSHALL", "now"])),
+        "ERR syntax error"
+    );
+    assert_eq!(
+        err_text(query(&mut con, &["FLUSHDB", "async", "sync"])),
+        "ERR syntax error"
+    );
+    assert_eq!(
+        err_text(query(&mut con, &["DBSIZE", "x"])),
+        "ERR wrong number of arguments for 'dbsize' command"
+    );
 }
 
 #[test]
 fn time_lastsave_save_swapdb() {
     let srv = TestServer::start();
     let mut con = srv.conn();
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
     let t: Vec<String> = redis::cmd("TIME").query(&mut con).unwrap();
     assert_eq!(t.len(), 2);
     let (secs, micros): (i64, i64) = (t[0].parse().unwrap(), t[1].parse().unwrap());
@@ -348,12 +498,27 @@ fn time_lastsave_save_swapdb() {
     assert!((0..1_000_000).contains(&micros));
     let last: i64 = redis::cmd("LASTSAVE").query(&mut con).unwrap();
     assert!(last <= secs && secs - last < 60, "{last}");
-    assert_eq!(err_text(query(&mut con, &["SAVE"])), "ERR relcache does not persist data");
-    assert_eq!(err_text(query(&mut con, &["BGSAVE"])), "ERR relcache does not persist data");
+    assert_eq!(
+        err_text(query(&mut con, &["SAVE"])),
+        "ERR relcache does not persist data"
+    );
+    assert_eq!(
+        err_text(query(&mut con, &["BGSAVE"])),
+        "ERR relcache does not persist data"
+    );
     assert_eq!(query(&mut con, &["SWAPDB", "0", "0"]).unwrap(), Value::Okay);
-    assert_eq!(err_text(query(&mut con, &["SWAPDB", "0", "1"])), "ERR DB index is out of range");
-    assert_eq!(err_text(query(&mut con, &["SWAPDB", "x", "0"])), "ERR invalid first DB index");
-    assert_eq!(err_text(query(&mut con, &["SWAPDB", "0", "y"])), "ERR invalid second DB index");
+    assert_eq!(
+        err_text(query(&mut con, &["SWAPDB", "0", "1"])),
+        "ERR DB index is out of range"
+    );
+    assert_eq!(
+        err_text(query(&mut con, &["SWAPDB", "x", "0"])),
+        "ERR invalid first DB index"
+    );
+    assert_eq!(
+        err_text(query(&mut con, &["SWAPDB", "0", "y"])),
+        "ERR invalid second DB index"
+    );
 }
 
 #[test]
@@ -362,17 +527,43 @@ fn memory_usage_and_friends() {
     let mut con = srv.conn();
     let value = "v".repeat(1000);
     query(&mut con, &["SET", "key", &value]).unwrap();
-    let usage: i64 = redis::cmd("MEMORY").arg("USAGE").arg("key").query(&mut con).unwrap();
+    let usage: i64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg("key")
+        .query(&mut con)
+        .unwrap();
     assert!((1003..1003 + 512).contains(&usage), "{usage}");
-    let sampled: i64 = redis::cmd("MEMORY").arg("USAGE").arg("key").arg("SAMPLES").arg("0").query(&mut con).unwrap();
+    let sampled: i64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg("key")
+        .arg("SAMPLES")
+        .arg("0")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(sampled, usage);
     query(&mut con, &["SET", "small", "v"]).unwrap();
-    let small: i64 = redis::cmd("MEMORY").arg("usage").arg("small").query(&mut con).unwrap();
+    let small: i64 = redis::cmd("MEMORY")
+        .arg("usage")
+        .arg("small")
+        .query(&mut con)
+        .unwrap();
     // ("key", 1000 bytes) against ("small", 1 byte): key and value bytes count exactly.
     assert_eq!(usage - small, (3 + 1000) - (5 + 1));
-    assert_eq!(query(&mut con, &["MEMORY", "USAGE", "missing"]).unwrap(), Value::Nil);
-    assert_eq!(err_text(query(&mut con, &["MEMORY", "USAGE", "key", "SAMPLES"])), "ERR syntax error");
-    assert_eq!(err_text(query(&mut con, &["MEMORY", "USAGE", "key", "SAMPLES", "-1"])), "ERR syntax error");
+    assert_eq!(
+        query(&mut con, &["MEMORY", "USAGE", "missing"]).unwrap(),
+        Value::Nil
+    );
+    assert_eq!(
+        err_text(query(&mut con, &["MEMORY", "USAGE", "key", "SAMPLES"])),
+        "ERR syntax error"
+    );
+    assert_eq!(
+        err_text(query(
+            &mut con,
+            &["MEMORY", "USAGE", "key", "SAMPLES", "-1"]
+        )),
+        "ERR syntax error"
+    );
     assert_eq!(
         err_text(query(&mut con, &["MEMORY", "USAGE", "key", "SAMPLES", "x"])),
         "ERR value is not an integer or out of range"
@@ -385,7 +576,10 @@ fn memory_usage_and_friends() {
     let doctor: String = redis::cmd("MEMORY").arg("DOCTOR").query(&mut con).unwrap();
     assert!(doctor.starts_with("Hi Sam"), "{doctor}");
     let help: Vec<String> = redis::cmd("MEMORY").arg("HELP").query(&mut con).unwrap();
-    assert!(help[0].starts_with("MEMORY <subcommand>") && help.iter().any(|l| l.starts_with("USAGE <key>")));
+    assert!(
+        help[0].starts_with("MEMORY <subcommand>")
+            && help.iter().any(|l| l.starts_with("USAGE <key>"))
+    );
     let stats: Vec<Value> = redis::cmd("MEMORY").arg("STATS").query(&mut con).unwrap();
     let keys: Vec<String> = stats
         .chunks(2)
@@ -394,7 +588,13 @@ fn memory_usage_and_friends() {
             _ => None,
         })
         .collect();
-    for k in ["peak.allocated", "total.allocated", "keys.count", "dataset.bytes", "db.0"] {
+    for k in [
+        "peak.allocated",
+        "total.allocated",
+        "keys.count",
+        "dataset.bytes",
+        "db.0",
+    ] {
         assert!(keys.iter().any(|x| x == k), "{k} missing from {keys:?}");
     }
     let pos = keys.iter().position(|k| k == "keys.count").unwrap();
@@ -406,16 +606,32 @@ fn memory_usage_and_friends() {
 fn shutdown_closes_without_reply_and_exits_zero() {
     let mut srv = TestServer::start();
     let mut con = srv.conn();
-    assert_eq!(err_text(query(&mut con, &["SHUTDOWN", "ABORT"])), "ERR No shutdown in progress.");
-    assert_eq!(err_text(query(&mut con, &["SHUTDOWN", "NOW", "ABORT"])), "ERR syntax error");
-    assert_eq!(err_text(query(&mut con, &["SHUTDOWN", "SAVE", "NOSAVE"])), "ERR syntax error");
-    assert_eq!(err_text(query(&mut con, &["SHUTDOWN", "later"])), "ERR syntax error");
+    assert_eq!(
+        err_text(query(&mut con, &["SHUTDOWN", "ABORT"])),
+        "ERR No shutdown in progress."
+    );
+    assert_eq!(
+        err_text(query(&mut con, &["SHUTDOWN", "NOW", "ABORT"])),
+        "ERR syntax error"
+    );
+    assert_eq!(
+        err_text(query(&mut con, &["SHUTDOWN", "SAVE", "NOSAVE"])),
+        "ERR syntax error"
+    );
+    assert_eq!(
+        err_text(query(&mut con, &["SHUTDOWN", "later"])),
+        "ERR syntax error"
+    );
     assert!(srv.alive());
 
     let mut s = srv.raw();
     s.write_all(&resp_cmd(&[b"SHUTDOWN", b"NOSAVE"])).unwrap();
     let (got, end) = read_to_end(&mut s);
-    assert!(got.is_empty(), "no reply to SHUTDOWN, got {:?}", String::from_utf8_lossy(&got));
+    assert!(
+        got.is_empty(),
+        "no reply to SHUTDOWN, got {:?}",
+        String::from_utf8_lossy(&got)
+    );
     assert_ne!(end, ReadEnd::Timeout);
     let status = srv.wait_exit(Duration::from_secs(10));
     assert!(status.success(), "{status:?}");
@@ -425,7 +641,11 @@ fn shutdown_closes_without_reply_and_exits_zero() {
 fn shutdown_from_redis_cli() {
     let mut srv = TestServer::start();
     let out = srv.cli(&["SHUTDOWN"]);
-    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(srv.wait_exit(Duration::from_secs(10)).success());
 }
 
@@ -442,7 +662,11 @@ fn config_file_is_applied() {
     let dir = std::env::temp_dir().join(format!("relcache-server-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("redis.conf");
-    std::fs::write(&path, "# a relcache config\nmaxclients 7\nrequirepass \"pw\"\nmaxmemory 32mb\n").unwrap();
+    std::fs::write(
+        &path,
+        "# a relcache config\nmaxclients 7\nrequirepass \"pw\"\nmaxmemory 32mb\n",
+    )
+    .unwrap();
     // `--` ends the harness's multi-valued --bind, so the path is the positional file.
     let srv = TestServer::start_with(&["--", path.to_str().unwrap()]);
     let mut anon = srv.conn();
@@ -452,7 +676,10 @@ fn config_file_is_applied() {
     assert_eq!(config_get(&mut con, "maxclients"), "7");
     assert_eq!(config_get(&mut con, "requirepass"), "pw");
     assert_eq!(config_get(&mut con, "maxmemory"), (32u64 << 20).to_string());
-    assert_eq!(info_field(&info(&mut con, "clients"), "maxclients").as_deref(), Some("7"));
+    assert_eq!(
+        info_field(&info(&mut con, "clients"), "maxclients").as_deref(),
+        Some("7")
+    );
     drop(srv);
     std::fs::remove_dir_all(&dir).unwrap();
 }

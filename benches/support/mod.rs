@@ -33,7 +33,16 @@ impl Target {
     pub fn redis(args: &[&str]) -> Target {
         let port = free_port();
         let child = Command::new(harness::tool("redis-server"))
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -76,7 +85,9 @@ impl Target {
     pub fn info_u64(&self, field: &str) -> u64 {
         let mut s = self.connect();
         let reply = roundtrip(&mut s, &[b"INFO", b"all"]).unwrap();
-        let (Frame::Bulk(text) | Frame::Verbatim { text, .. }) = reply else { panic!("INFO reply {reply:?}") };
+        let (Frame::Bulk(text) | Frame::Verbatim { text, .. }) = reply else {
+            panic!("INFO reply {reply:?}")
+        };
         let text = String::from_utf8_lossy(&text).into_owned();
         text.lines()
             .find_map(|l| l.strip_prefix(&format!("{field}:")))
@@ -96,7 +107,11 @@ impl Drop for Target {
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// RESP encoding of one command.
@@ -241,7 +256,10 @@ pub fn blast(port: u16, requests: &[Vec<u8>], conns: usize, pipeline: usize, sec
         done += d;
         errors += e;
     }
-    Rate { requests_per_sec: done as f64 / start.elapsed().as_secs_f64(), errors }
+    Rate {
+        requests_per_sec: done as f64 / start.elapsed().as_secs_f64(),
+        errors,
+    }
 }
 
 /// Closed-loop latency of `request` on `conns` connections for `secs`, in µs.
@@ -278,7 +296,11 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Runs `f` once per target per round, alternating, and returns the medians.
-pub fn alternate(targets: &[&Target], rounds: usize, mut f: impl FnMut(&Target) -> f64) -> Vec<f64> {
+pub fn alternate(
+    targets: &[&Target],
+    rounds: usize,
+    mut f: impl FnMut(&Target) -> f64,
+) -> Vec<f64> {
     let mut results = vec![Vec::new(); targets.len()];
     for _ in 0..rounds {
         for (i, t) in targets.iter().enumerate() {
@@ -290,15 +312,24 @@ pub fn alternate(targets: &[&Target], rounds: usize, mut f: impl FnMut(&Target) 
 
 /// Rounds per comparison (env BENCH_ROUNDS, default 3).
 pub fn rounds() -> usize {
-    std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3)
+    std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
 }
 
 /// One line describing the machine, for the record.
 pub fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|t| t.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_default();
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
     format!("{cores} cores, {cpu}")
 }

@@ -116,14 +116,19 @@ fn set_u(a: &AtomicU64, v: &str, min: u64, max: u64) -> Result<(), String> {
         .parse()
         .map_err(|_| "argument couldn't be parsed into an integer".to_string())?;
     if n < min || n > max {
-        return Err(format!("argument must be between {min} and {max} inclusive"));
+        return Err(format!(
+            "argument must be between {min} and {max} inclusive"
+        ));
     }
     a.store(n, Relaxed);
     Ok(())
 }
 
 fn set_mem(a: &AtomicU64, v: &str) -> Result<(), String> {
-    a.store(parse_memory(v).ok_or("argument must be a memory value")?, Relaxed);
+    a.store(
+        parse_memory(v).ok_or("argument must be a memory value")?,
+        Relaxed,
+    );
     Ok(())
 }
 
@@ -148,7 +153,10 @@ pub static PARAMS: &[Param] = &[
         mutable: false,
         get: |c| {
             let b = c.bind.read();
-            b.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(" ")
+            b.iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
         },
         set: |c, v| {
             let addrs = v
@@ -248,7 +256,7 @@ pub static PARAMS: &[Param] = &[
         },
         set: |c, v| {
             let words: Vec<&str> = v.split_whitespace().collect();
-            if words.is_empty() || words.len() % 4 != 0 {
+            if words.is_empty() || !words.len().is_multiple_of(4) {
                 return Err("Wrong number of arguments in buffer limit configuration.".into());
             }
             let mut normal = None;
@@ -260,10 +268,20 @@ pub static PARAMS: &[Param] = &[
                     return Err("Error in hard, soft or soft_seconds setting in buffer limit configuration.".into());
                 };
                 match w[0].to_ascii_lowercase().as_str() {
-                    "normal" => normal = Some(OutputLimit { hard, soft, soft_seconds }),
+                    "normal" => {
+                        normal = Some(OutputLimit {
+                            hard,
+                            soft,
+                            soft_seconds,
+                        })
+                    }
                     // Accepted for compatibility; relcache has no replicas or pub/sub.
                     "slave" | "replica" | "pubsub" => {}
-                    _ => return Err("Invalid client class specified in buffer limit configuration.".into()),
+                    _ => {
+                        return Err(
+                            "Invalid client class specified in buffer limit configuration.".into(),
+                        )
+                    }
                 }
             }
             if let Some(l) = normal {
@@ -302,7 +320,14 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "lazyfree-lazy-user-del",
         mutable: true,
-        get: |c| if c.lazyfree_lazy_user_del.load(Relaxed) { "yes" } else { "no" }.into(),
+        get: |c| {
+            if c.lazyfree_lazy_user_del.load(Relaxed) {
+                "yes"
+            } else {
+                "no"
+            }
+            .into()
+        },
         set: |c, v| {
             c.lazyfree_lazy_user_del.store(yes_no(v)?, Relaxed);
             Ok(())
@@ -314,19 +339,37 @@ pub static PARAMS: &[Param] = &[
         name: "save",
         mutable: true,
         get: |_| String::new(),
-        set: |_, v| if v.trim().is_empty() { Ok(()) } else { Err("relcache does not persist; only save \"\" is accepted".into()) },
+        set: |_, v| {
+            if v.trim().is_empty() {
+                Ok(())
+            } else {
+                Err("relcache does not persist; only save \"\" is accepted".into())
+            }
+        },
     },
     Param {
         name: "appendonly",
         mutable: true,
         get: |_| "no".into(),
-        set: |_, v| if yes_no(v)? { Err("relcache does not persist; appendonly is always no".into()) } else { Ok(()) },
+        set: |_, v| {
+            if yes_no(v)? {
+                Err("relcache does not persist; appendonly is always no".into())
+            } else {
+                Ok(())
+            }
+        },
     },
     Param {
         name: "databases",
         mutable: false,
         get: |_| "1".into(),
-        set: |_, v| if v == "1" { Ok(()) } else { Err("relcache has a single database".into()) },
+        set: |_, v| {
+            if v == "1" {
+                Ok(())
+            } else {
+                Err("relcache has a single database".into())
+            }
+        },
     },
 ];
 
@@ -344,7 +387,10 @@ impl Config {
                 why: "can't set immutable config".into(),
             });
         }
-        (p.set)(self, value).map_err(|why| ConfigError::Invalid { name: p.name.into(), why })
+        (p.set)(self, value).map_err(|why| ConfigError::Invalid {
+            name: p.name.into(),
+            why,
+        })
     }
 
     /// Current value of one parameter.
@@ -356,7 +402,11 @@ impl Config {
     pub fn get_matching(&self, patterns: &[&[u8]]) -> Vec<(&'static str, String)> {
         PARAMS
             .iter()
-            .filter(|p| patterns.iter().any(|pat| glob::matches(pat, p.name.as_bytes(), true)))
+            .filter(|p| {
+                patterns
+                    .iter()
+                    .any(|pat| glob::matches(pat, p.name.as_bytes(), true))
+            })
             .map(|p| (p.name, (p.get)(self)))
             .collect()
     }
@@ -369,7 +419,8 @@ impl Config {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let words = split_args(line).ok_or_else(|| format!("line {}: unbalanced quotes", n + 1))?;
+            let words =
+                split_args(line).ok_or_else(|| format!("line {}: unbalanced quotes", n + 1))?;
             let (name, values) = words.split_first().expect("non-empty line has a word");
             self.set(name, &values.join(" "), true)
                 .map_err(|e| format!("line {}: {e}", n + 1))?;
@@ -422,7 +473,9 @@ pub fn split_args(line: &str) -> Option<Vec<String>> {
         while chars.peek().is_some_and(|c| c.is_whitespace()) {
             chars.next();
         }
-        let Some(&first) = chars.peek() else { return Some(out) };
+        let Some(&first) = chars.peek() else {
+            return Some(out);
+        };
         let mut word = String::new();
         if first == '"' || first == '\'' {
             chars.next();
@@ -478,14 +531,16 @@ mod tests {
         c.set("maxmemory-policy", "NOEVICTION", false).unwrap();
         assert_eq!(c.policy(), "noeviction");
         assert!(c.set("port", "1", false).is_err(), "immutable at run time");
-        c.set("client-output-buffer-limit", "normal 1mb 0 0", false).unwrap();
+        c.set("client-output-buffer-limit", "normal 1mb 0 0", false)
+            .unwrap();
         assert_eq!(c.output_limit().hard, 1 << 20);
     }
 
     #[test]
     fn config_file_syntax() {
         let c = Config::default();
-        c.load_file("# comment\nmaxclients 7\n\nrequirepass \"a b\"\nsave \"\"\n").unwrap();
+        c.load_file("# comment\nmaxclients 7\n\nrequirepass \"a b\"\nsave \"\"\n")
+            .unwrap();
         assert_eq!(c.maxclients.load(Relaxed), 7);
         assert_eq!(c.requirepass.read().as_deref(), Some("a b"));
         assert!(c.load_file("maxclients \"7").is_err());

@@ -117,7 +117,8 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
         // 3. Wait for input, for the socket to drain, or for a reason to stop.
         let timeout = config.timeout.load(Relaxed);
         let idle_deadline = (timeout > 0).then(|| last_input + Duration::from_secs(timeout));
-        let soft_deadline = over_soft_since.map(|t| t + Duration::from_secs(config.output_limit().soft_seconds));
+        let soft_deadline =
+            over_soft_since.map(|t| t + Duration::from_secs(config.output_limit().soft_seconds));
         let deadline = match (idle_deadline, soft_deadline) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -208,7 +209,12 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-fn try_read(server: &Server, stream: &TcpStream, rbuf: &mut BytesMut, _decoder: &RequestDecoder) -> io::Result<usize> {
+fn try_read(
+    server: &Server,
+    stream: &TcpStream,
+    rbuf: &mut BytesMut,
+    _decoder: &RequestDecoder,
+) -> io::Result<usize> {
     if rbuf.capacity() - rbuf.len() < READ_CHUNK {
         rbuf.reserve(READ_CHUNK);
     }
@@ -237,7 +243,11 @@ fn try_write(server: &Server, stream: &TcpStream, wbuf: &mut BytesMut) -> io::Re
 }
 
 /// Checks the pending output against `client-output-buffer-limit`.
-fn output_over_limit(server: &Server, wbuf: &BytesMut, soft_since: &mut Option<Instant>) -> Option<&'static str> {
+fn output_over_limit(
+    server: &Server,
+    wbuf: &BytesMut,
+    soft_since: &mut Option<Instant>,
+) -> Option<&'static str> {
     let limit = server.config.output_limit();
     let pending = wbuf.len() as u64;
     let hard = limit.hard > 0 && pending > limit.hard;
@@ -249,7 +259,10 @@ fn output_over_limit(server: &Server, wbuf: &BytesMut, soft_since: &mut Option<I
         false
     };
     if hard || soft {
-        server.stats.client_output_buffer_limit_disconnections.incr();
+        server
+            .stats
+            .client_output_buffer_limit_disconnections
+            .incr();
         return Some("client scheduled to be closed ASAP for overcoming of output buffer limits");
     }
     None

@@ -39,13 +39,19 @@ impl Server {
         let run_id: String = {
             use rand::Rng;
             let mut rng = rand::thread_rng();
-            (0..40).map(|_| char::from_digit(rng.gen_range(0..16), 16).unwrap()).collect()
+            (0..40)
+                .map(|_| char::from_digit(rng.gen_range(0..16), 16).unwrap())
+                .collect()
         };
         Server {
             db: Db::new(),
             config,
             stats: Stats::default(),
-            cmdstats: registry().all.iter().map(|_| CommandStats::default()).collect(),
+            cmdstats: registry()
+                .all
+                .iter()
+                .map(|_| CommandStats::default())
+                .collect(),
             clients: Clients::default(),
             evictor: Evictor::default(),
             shutdown,
@@ -72,8 +78,9 @@ impl Server {
         }
         let policy = Policy::from_name(self.config.policy()).unwrap_or(Policy::NoEviction);
         let samples = self.config.maxmemory_samples.load(Relaxed) as usize;
-        let (evicted, still_over) =
-            self.evictor.evict(&self.db, policy, samples, || self.used_memory() + incoming > max);
+        let (evicted, still_over) = self.evictor.evict(&self.db, policy, samples, || {
+            self.used_memory() + incoming > max
+        });
         if evicted > 0 {
             self.stats.evicted_keys.add(evicted);
         }
@@ -100,7 +107,11 @@ impl Server {
 
 /// Serves `listener` until `shutdown` is cancelled (or a client sends SHUTDOWN),
 /// then stops accepting, tells every connection to finish, and waits for them.
-pub async fn run(listener: TcpListener, config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let local_addr = listener.local_addr()?;
     let server = Arc::new(Server::new(config, local_addr, shutdown.clone()));
     tracing::info!(%local_addr, "relcache ready to accept connections");
@@ -137,7 +148,9 @@ pub async fn run(listener: TcpListener, config: Config, shutdown: CancellationTo
             None => {
                 server.stats.rejected_connections.incr();
                 tracker.spawn(async move {
-                    let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
+                    let _ = stream
+                        .write_all(b"-ERR max number of clients reached\r\n")
+                        .await;
                     let _ = stream.shutdown().await;
                 });
             }

@@ -46,7 +46,10 @@ impl ClientInfo {
     /// fields Redis 7.2 prints, in its order.
     pub fn line(&self) -> String {
         let lossy = |b: &Mutex<Option<Bytes>>| {
-            b.lock().as_ref().map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default()
+            b.lock()
+                .as_ref()
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_default()
         };
         let multi = self.multi.load(Relaxed);
         let multi = if multi == u64::MAX { -1 } else { multi as i64 };

@@ -76,7 +76,9 @@ impl Gauge {
     pub const fn new() -> Gauge {
         #[allow(clippy::declare_interior_mutable_const)]
         const ZERO: GaugeSlot = GaugeSlot(std::sync::atomic::AtomicI64::new(0));
-        Gauge { slots: [ZERO; STRIPES] }
+        Gauge {
+            slots: [ZERO; STRIPES],
+        }
     }
 
     pub fn add(&self, delta: i64) {

@@ -149,7 +149,10 @@ mod tests {
     #[test]
     fn aggregates_downgrade_in_resp2() {
         let map = Frame::Map(vec![(Frame::bulk("a"), Frame::Integer(1))]);
-        assert_eq!(enc(map.clone(), Protocol::Resp2), b"*2\r\n$1\r\na\r\n:1\r\n");
+        assert_eq!(
+            enc(map.clone(), Protocol::Resp2),
+            b"*2\r\n$1\r\na\r\n:1\r\n"
+        );
         assert_eq!(enc(map, Protocol::Resp3), b"%1\r\n$1\r\na\r\n:1\r\n");
         let set = Frame::Set(vec![Frame::Integer(1)]);
         assert_eq!(enc(set.clone(), Protocol::Resp2), b"*1\r\n:1\r\n");

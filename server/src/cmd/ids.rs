@@ -53,10 +53,29 @@ mod tests {
     fn canonical_only() {
         assert_eq!(parse_id_opt(b"0"), Some(0));
         assert_eq!(parse_id_opt(b"18446744073709551615"), Some(u64::MAX));
-        for bad in [&b""[..], b"007", b"+7", b"-1", b"7.0", b" 7", b"7 ", b"18446744073709551616", b"abc", b"99999999999999999999"] {
-            assert_eq!(parse_id_opt(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        for bad in [
+            &b""[..],
+            b"007",
+            b"+7",
+            b"-1",
+            b"7.0",
+            b" 7",
+            b"7 ",
+            b"18446744073709551616",
+            b"abc",
+            b"99999999999999999999",
+        ] {
+            assert_eq!(
+                parse_id_opt(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
-        assert!(parse_id(b"x").unwrap_err().to_string().contains("'x' is not a valid id"));
+        assert!(parse_id(b"x")
+            .unwrap_err()
+            .to_string()
+            .contains("'x' is not a valid id"));
     }
 
     proptest::proptest! {

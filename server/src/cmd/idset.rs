@@ -168,7 +168,7 @@ pub(super) fn table_from_client(blob: &[u8]) -> Result<IdSet, CmdError> {
 
 /// Packed little-endian u64s.
 fn unpack(blob: &[u8]) -> Result<Vec<u64>, CmdError> {
-    if blob.len() % 8 != 0 {
+    if !blob.len().is_multiple_of(8) {
         return Err(CmdError::err(format!(
             "packed ids must be a multiple of 8 bytes (little-endian u64s), got {} bytes",
             blob.len()
@@ -186,14 +186,20 @@ fn load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let mut reserve = 0usize;
     let mut i = 2;
     let set = loop {
-        let Some(opt) = args.get(i) else { return Err(CmdError::Syntax) };
+        let Some(opt) = args.get(i) else {
+            return Err(CmdError::Syntax);
+        };
         let value = args.get(i + 1).ok_or(CmdError::Syntax)?;
         if eq_ic(opt, "EX") || eq_ic(opt, "PX") {
             if expire_ms.is_some() {
                 return Err(CmdError::Syntax);
             }
             let n = parse_i64(value)?;
-            let ms = if eq_ic(opt, "EX") { n.checked_mul(1000) } else { Some(n) };
+            let ms = if eq_ic(opt, "EX") {
+                n.checked_mul(1000)
+            } else {
+                Some(n)
+            };
             match ms {
                 Some(ms) if ms > 0 => expire_ms = Some(ms),
                 _ => return Err(CmdError::err("invalid expire time in 'idset.load' command")),
@@ -248,20 +254,28 @@ fn exists(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 fn mexists(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let ids = parse_ids(&args[2..])?;
     let v = ctx.view();
-    let Some(e) = v.get(&args[1]) else { return Ok(Frame::NullArray) };
+    let Some(e) = v.get(&args[1]) else {
+        return Ok(Frame::NullArray);
+    };
     let table = e.value().as_idset()?.table();
-    Ok(Frame::Array(ids.iter().map(|&id| Frame::Integer(table.contains(id) as i64)).collect()))
+    Ok(Frame::Array(
+        ids.iter()
+            .map(|&id| Frame::Integer(table.contains(id) as i64))
+            .collect(),
+    ))
 }
 
 fn mexistsbin(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let packed = &args[2];
-    if packed.len() % 8 != 0 {
+    if !packed.len().is_multiple_of(8) {
         unpack(packed)?;
     }
     let n = packed.len() / 8;
     let mut bitmap = vec![0u8; n.div_ceil(8)];
     let v = ctx.view();
-    let Some(e) = v.get(&args[1]) else { return Ok(Frame::Null) };
+    let Some(e) = v.get(&args[1]) else {
+        return Ok(Frame::Null);
+    };
     let table = e.value().as_idset()?.table();
     for (i, chunk) in packed.chunks_exact(8).enumerate() {
         let id = u64::from_le_bytes(chunk.try_into().expect("chunks of 8"));
@@ -289,7 +303,9 @@ fn rem(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let ids = parse_ids(&args[2..])?;
     match ctx.view().get_mut(&args[1]) {
         None => Ok(Frame::Null),
-        Some(e) => Ok(Frame::Integer(e.value_mut().as_idset_mut()?.remove_many(&ids) as i64)),
+        Some(e) => Ok(Frame::Integer(
+            e.value_mut().as_idset_mut()?.remove_many(&ids) as i64,
+        )),
     }
 }
 
@@ -308,7 +324,11 @@ fn members(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     };
     let v = ctx.view();
     let Some(e) = v.get(&args[1]) else {
-        return Ok(if packed { Frame::Null } else { Frame::NullArray });
+        return Ok(if packed {
+            Frame::Null
+        } else {
+            Frame::NullArray
+        });
     };
     let table = e.value().as_idset()?.table();
     if packed {
@@ -325,7 +345,8 @@ fn members(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 /// table is rebuilt (grown or compacted) mid-scan, in which case ids may repeat, as
 /// Redis allows.
 fn scan(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let cursor = super::ids::parse_id_opt(&args[2]).ok_or_else(|| CmdError::err("invalid cursor"))?;
+    let cursor =
+        super::ids::parse_id_opt(&args[2]).ok_or_else(|| CmdError::err("invalid cursor"))?;
     let mut count = 10u64;
     let mut i = 3;
     while i < args.len() {
@@ -340,11 +361,15 @@ fn scan(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         }
     }
     let v = ctx.view();
-    let Some(e) = v.get(&args[1]) else { return Ok(Frame::NullArray) };
+    let Some(e) = v.get(&args[1]) else {
+        return Ok(Frame::NullArray);
+    };
     let table = e.value().as_idset()?.table();
     let (next, ids) = scan_page(&table, cursor, count);
     Ok(Frame::Array(vec![
-        Frame::Bulk(Bytes::copy_from_slice(itoa::Buffer::new().format(next).as_bytes())),
+        Frame::Bulk(Bytes::copy_from_slice(
+            itoa::Buffer::new().format(next).as_bytes(),
+        )),
         Frame::Array(ids.into_iter().map(id_frame).collect()),
     ]))
 }
@@ -377,7 +402,9 @@ fn scan_page(table: &TableRef<'_>, cursor: u64, count: u64) -> (u64, Vec<u64>) {
 
 fn info(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let v = ctx.view();
-    let Some(e) = v.peek(&args[1]) else { return Ok(Frame::Null) };
+    let Some(e) = v.peek(&args[1]) else {
+        return Ok(Frame::Null);
+    };
     let set = e.value().as_idset()?;
     let t = set.table();
     let field = |k: &'static str, v: Frame| (Frame::Simple(Bytes::from_static(k.as_bytes())), v);
@@ -387,11 +414,18 @@ fn info(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         field("capacity", Frame::Integer(i64::from(t.capacity()))),
         field("deleted", Frame::Integer(i64::from(t.deleted()))),
         field("load_factor", Frame::Double(t.load_factor())),
-        field("room_in_place", Frame::Integer(i64::from(t.room_in_place()))),
+        field(
+            "room_in_place",
+            Frame::Integer(i64::from(t.room_in_place())),
+        ),
         field("bytes", Frame::Integer(set.heap_size() as i64)),
         field(
             "bytes_per_id",
-            Frame::Double(if t.is_empty() { 0.0 } else { set.heap_size() as f64 / t.len() as f64 }),
+            Frame::Double(if t.is_empty() {
+                0.0
+            } else {
+                set.heap_size() as f64 / t.len() as f64
+            }),
         ),
         field("seed", Frame::Integer(t.seed() as i64)),
     ]))
@@ -437,6 +471,9 @@ mod tests {
     #[test]
     fn unpack_rejects_ragged_input() {
         assert_eq!(unpack(&7u64.to_le_bytes()).unwrap(), vec![7]);
-        assert!(unpack(&[1, 2, 3]).unwrap_err().to_string().contains("multiple of 8"));
+        assert!(unpack(&[1, 2, 3])
+            .unwrap_err()
+            .to_string()
+            .contains("multiple of 8"));
     }
 }

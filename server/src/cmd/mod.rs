@@ -57,7 +57,10 @@ pub struct Registry {
 
 impl Registry {
     fn build() -> Registry {
-        let mut r = Registry { by_name: HashMap::default(), all: Vec::new() };
+        let mut r = Registry {
+            by_name: HashMap::default(),
+            all: Vec::new(),
+        };
         for family in families() {
             for spec in family {
                 let id = r.all.len();
@@ -137,7 +140,11 @@ impl<'a, 'v> Ctx<'a, 'v> {
             let v = match self.spec.keys {
                 // The common shapes, without collecting key positions first.
                 Keys::Range { first, last, step } if last < 0 || last >= first => {
-                    let end = if last < 0 { args.len() as i64 + last as i64 } else { last as i64 };
+                    let end = if last < 0 {
+                        args.len() as i64 + last as i64
+                    } else {
+                        last as i64
+                    };
                     let keys = (first as i64..=end.min(args.len() as i64 - 1))
                         .step_by(step.max(1) as usize)
                         .map(|i| &args[i as usize][..]);
@@ -210,7 +217,10 @@ fn execute(server: &Server, session: &mut Session, args: &[Bytes]) -> Frame {
             return e.to_frame();
         }
     };
-    if !session.authenticated && !spec.has(spec::NO_AUTH) && server.config.requirepass.read().is_some() {
+    if !session.authenticated
+        && !spec.has(spec::NO_AUTH)
+        && server.config.requirepass.read().is_some()
+    {
         server.cmdstats[id].rejected_calls.incr();
         if let Some(m) = &mut session.multi {
             m.failed = true;
@@ -224,12 +234,19 @@ fn execute(server: &Server, session: &mut Session, args: &[Bytes]) -> Frame {
         }
         if !transactions::runs_inside_multi(spec) {
             m.queued.push(args.to_vec());
-            session.info.multi.store(m.queued.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            session
+                .info
+                .multi
+                .store(m.queued.len() as u64, std::sync::atomic::Ordering::Relaxed);
             return Frame::Simple(Bytes::from_static(b"QUEUED"));
         }
     }
     let denyoom = spec.has(spec::DENYOOM) || spec.name == "exec";
-    let incoming = if denyoom { args.iter().map(|a| a.len()).sum() } else { 0 };
+    let incoming = if denyoom {
+        args.iter().map(|a| a.len()).sum()
+    } else {
+        0
+    };
     if let Err(e) = server.make_room(incoming, denyoom) {
         server.cmdstats[id].rejected_calls.incr();
         return e.to_frame();
@@ -285,7 +302,10 @@ pub(crate) fn run<'a, 'v>(
     exec_view: Option<&'v mut View<'a>>,
 ) -> Frame {
     let start = Instant::now();
-    session.info.last_cmd.store(id, std::sync::atomic::Ordering::Relaxed);
+    session
+        .info
+        .last_cmd
+        .store(id, std::sync::atomic::Ordering::Relaxed);
     let mut ctx = Ctx {
         server,
         session,
@@ -364,7 +384,17 @@ mod tests {
         assert_eq!(parse_i64(b"-42"), Ok(-42));
         assert_eq!(parse_i64(b"0"), Ok(0));
         assert_eq!(parse_i64(b"9223372036854775807"), Ok(i64::MAX));
-        for bad in [&b""[..], b"+1", b" 1", b"1 ", b"01", b"-0", b"1.0", b"9223372036854775808", b"abc"] {
+        for bad in [
+            &b""[..],
+            b"+1",
+            b" 1",
+            b"1 ",
+            b"01",
+            b"-0",
+            b"1.0",
+            b"9223372036854775808",
+            b"abc",
+        ] {
             assert_eq!(parse_i64(bad), Err(CmdError::NotInteger), "{:?}", bad);
         }
     }
@@ -382,7 +412,10 @@ mod tests {
 
     #[test]
     fn unknown_command_text_matches_redis() {
-        let args: Vec<Bytes> = ["foo", "a", "b"].iter().map(|s| Bytes::from(s.to_string())).collect();
+        let args: Vec<Bytes> = ["foo", "a", "b"]
+            .iter()
+            .map(|s| Bytes::from(s.to_string()))
+            .collect();
         assert_eq!(
             unknown_command(&args).to_string(),
             "ERR unknown command 'foo', with args beginning with: 'a' 'b' "

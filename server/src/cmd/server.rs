@@ -214,7 +214,11 @@ const MEMORY_SUBCOMMANDS: &[CommandSpec] = &[
         name: "memory|usage",
         arity: -3,
         flags: spec::READONLY,
-        keys: Keys::Range { first: 2, last: 2, step: 1 },
+        keys: Keys::Range {
+            first: 2,
+            last: 2,
+            step: 1,
+        },
         group: Group::Server,
         since: "4.0.0",
         summary: "Estimates the memory usage of a key.",
@@ -350,12 +354,16 @@ fn human(n: u64) -> String {
 }
 
 fn unix_now() -> Duration {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
 }
 
 /// Unix time (seconds) the server started at.
 fn start_unix_secs(server: &Server) -> u64 {
-    unix_now().as_secs().saturating_sub(server.started.elapsed().as_secs())
+    unix_now()
+        .as_secs()
+        .saturating_sub(server.started.elapsed().as_secs())
 }
 
 // ---------------------------------------------------------------------------------
@@ -455,21 +463,46 @@ fn info(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             Section::Modules | Section::Errorstats | Section::Latencystats => {}
         }
     }
-    Ok(Frame::Verbatim { format: *b"txt", text: Bytes::from(out) })
+    Ok(Frame::Verbatim {
+        format: *b"txt",
+        text: Bytes::from(out),
+    })
 }
 
 /// relcache's own section: the idset tables, from totals kept as they change.
 fn info_idsets(out: &mut String) {
     let t = &crate::db::IDSET_TOTALS;
-    let (tables, ids, slots, used, bytes) = (t.tables.get(), t.ids.get(), t.slots.get(), t.used_slots.get(), t.bytes.get());
-    let _ = write!(out, "idset_tables:{tables}\r\nidset_ids:{ids}\r\nidset_bytes:{bytes}\r\n");
-    let per_id = if ids > 0 { bytes as f64 / ids as f64 } else { 0.0 };
-    let load = if slots > 0 { used as f64 / slots as f64 } else { 0.0 };
-    let _ = write!(out, "idset_bytes_per_id:{per_id:.2}\r\nidset_avg_load_factor:{load:.4}\r\n");
+    let (tables, ids, slots, used, bytes) = (
+        t.tables.get(),
+        t.ids.get(),
+        t.slots.get(),
+        t.used_slots.get(),
+        t.bytes.get(),
+    );
+    let _ = write!(
+        out,
+        "idset_tables:{tables}\r\nidset_ids:{ids}\r\nidset_bytes:{bytes}\r\n"
+    );
+    let per_id = if ids > 0 {
+        bytes as f64 / ids as f64
+    } else {
+        0.0
+    };
+    let load = if slots > 0 {
+        used as f64 / slots as f64
+    } else {
+        0.0
+    };
+    let _ = write!(
+        out,
+        "idset_bytes_per_id:{per_id:.2}\r\nidset_avg_load_factor:{load:.4}\r\n"
+    );
 }
 
 fn read_trimmed(path: &str) -> Option<String> {
-    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 fn info_server(server: &Server, out: &mut String) {
@@ -484,9 +517,21 @@ fn info_server(server: &Server, out: &mut String) {
     let hz = config.hz.load(Relaxed);
     let now = unix_now();
     let port = server.local_addr.port();
-    let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default();
-    let config_file = config.config_file.read().as_ref().map(|p| p.display().to_string()).unwrap_or_default();
-    let binds: Vec<String> = config.bind.read().iter().map(|a| format!("bind={a}")).collect();
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let config_file = config
+        .config_file
+        .read()
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let binds: Vec<String> = config
+        .bind
+        .read()
+        .iter()
+        .map(|a| format!("bind={a}"))
+        .collect();
     field(out, "redis_version", crate::REDIS_VERSION);
     field(out, "redis_git_sha1", "00000000");
     field(out, "redis_git_dirty", 0);
@@ -510,7 +555,11 @@ fn info_server(server: &Server, out: &mut String) {
     field(out, "executable", exe);
     field(out, "config_file", config_file);
     field(out, "io_threads_active", 0);
-    field(out, "listener0", format!("name=tcp,{},port={port}", binds.join(",")));
+    field(
+        out,
+        "listener0",
+        format!("name=tcp,{},port={port}", binds.join(",")),
+    );
     field(out, "relcache_version", crate::VERSION);
 }
 
@@ -551,13 +600,21 @@ fn info_memory(server: &Server, out: &mut String) {
     field(out, "used_memory_rss_human", human(rss));
     field(out, "used_memory_peak", peak);
     field(out, "used_memory_peak_human", human(peak));
-    field(out, "used_memory_peak_perc", format!("{:.2}%", used as f64 * 100.0 / peak.max(1) as f64));
+    field(
+        out,
+        "used_memory_peak_perc",
+        format!("{:.2}%", used as f64 * 100.0 / peak.max(1) as f64),
+    );
     field(out, "total_system_memory", system);
     field(out, "total_system_memory_human", human(system));
     field(out, "maxmemory", max);
     field(out, "maxmemory_human", human(max));
     field(out, "maxmemory_policy", server.config.policy());
-    field(out, "mem_fragmentation_ratio", format!("{:.2}", rss as f64 / used.max(1) as f64));
+    field(
+        out,
+        "mem_fragmentation_ratio",
+        format!("{:.2}", rss as f64 / used.max(1) as f64),
+    );
     field(out, "mem_fragmentation_bytes", rss as i64 - used as i64);
     field(out, "mem_allocator", "libc");
     field(out, "lazyfree_pending_objects", 0);
@@ -586,12 +643,24 @@ fn info_persistence(server: &Server, out: &mut String) {
 
 fn info_stats(server: &Server, out: &mut String) {
     let s = &server.stats;
-    field(out, "total_connections_received", s.total_connections_received.get());
-    field(out, "total_commands_processed", s.total_commands_processed.get());
+    field(
+        out,
+        "total_connections_received",
+        s.total_connections_received.get(),
+    );
+    field(
+        out,
+        "total_commands_processed",
+        s.total_commands_processed.get(),
+    );
     // Not tracked: a rate needs periodic sampling, which the cron does not do.
     field(out, "instantaneous_ops_per_sec", 0);
     field(out, "total_net_input_bytes", s.total_net_input_bytes.get());
-    field(out, "total_net_output_bytes", s.total_net_output_bytes.get());
+    field(
+        out,
+        "total_net_output_bytes",
+        s.total_net_output_bytes.get(),
+    );
     field(out, "total_net_repl_input_bytes", 0);
     field(out, "total_net_repl_output_bytes", 0);
     field(out, "instantaneous_input_kbps", "0.00");
@@ -627,8 +696,16 @@ fn info_stats(server: &Server, out: &mut String) {
     field(out, "dump_payload_sanitizations", 0);
     field(out, "io_threaded_reads_processed", 0);
     field(out, "io_threaded_writes_processed", 0);
-    field(out, "client_query_buffer_limit_disconnections", s.client_query_buffer_limit_disconnections.get());
-    field(out, "client_output_buffer_limit_disconnections", s.client_output_buffer_limit_disconnections.get());
+    field(
+        out,
+        "client_query_buffer_limit_disconnections",
+        s.client_query_buffer_limit_disconnections.get(),
+    );
+    field(
+        out,
+        "client_output_buffer_limit_disconnections",
+        s.client_output_buffer_limit_disconnections.get(),
+    );
     field(out, "reply_buffer_shrinks", 0);
     field(out, "reply_buffer_expands", 0);
     field(out, "acl_access_denied_auth", 0);
@@ -659,7 +736,11 @@ fn cpu_times(path: &str) -> Option<[f64; 4]> {
     // The command name (field 2) may contain spaces: fields count from after it.
     let rest = &text[text.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
-    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).map(|t| t as f64 / 100.0);
+    let tick = |i: usize| {
+        f.get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|t| t as f64 / 100.0)
+    };
     // Field n of proc(5) is at index n - 3 here: utime 14, stime 15, cutime 16, cstime 17.
     Some([tick(11)?, tick(12)?, tick(13)?, tick(14)?])
 }
@@ -681,12 +762,24 @@ fn info_commandstats(server: &Server, out: &mut String) {
         .all
         .iter()
         .zip(&server.cmdstats)
-        .map(|(spec, s)| (spec.name, s.calls.get(), s.nanos.get() / 1000, s.rejected_calls.get(), s.failed_calls.get()))
+        .map(|(spec, s)| {
+            (
+                spec.name,
+                s.calls.get(),
+                s.nanos.get() / 1000,
+                s.rejected_calls.get(),
+                s.failed_calls.get(),
+            )
+        })
         .filter(|&(_, calls, _, rejected, failed)| calls > 0 || rejected > 0 || failed > 0)
         .collect();
     rows.sort_unstable_by_key(|r| r.0);
     for (name, calls, usec, rejected, failed) in rows {
-        let per_call = if calls > 0 { usec as f64 / calls as f64 } else { 0.0 };
+        let per_call = if calls > 0 {
+            usec as f64 / calls as f64
+        } else {
+            0.0
+        };
         let _ = write!(
             out,
             "cmdstat_{name}:calls={calls},usec={usec},usec_per_call={per_call:.2},rejected_calls={rejected},failed_calls={failed}\r\n"
@@ -700,7 +793,12 @@ fn info_commandstats(server: &Server, out: &mut String) {
 fn config_get(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let patterns: Vec<&[u8]> = args[2..].iter().map(|a| &a[..]).collect();
     let pairs = ctx.server.config.get_matching(&patterns);
-    Ok(Frame::Map(pairs.into_iter().map(|(name, value)| (Frame::bulk(name), Frame::bulk(value))).collect()))
+    Ok(Frame::Map(
+        pairs
+            .into_iter()
+            .map(|(name, value)| (Frame::bulk(name), Frame::bulk(value)))
+            .collect(),
+    ))
 }
 
 /// `CONFIG SET name value [name value …]`: every name is checked (known, mutable,
@@ -708,12 +806,17 @@ fn config_get(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 /// still fails, the ones already applied are restored, so the command takes effect
 /// entirely or not at all.
 fn config_set(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    if args.len() % 2 != 0 {
+    if !args.len().is_multiple_of(2) {
         return Err(CmdError::Syntax);
     }
     let pairs: Vec<(String, String)> = args[2..]
         .chunks(2)
-        .map(|p| (String::from_utf8_lossy(&p[0]).into_owned(), String::from_utf8_lossy(&p[1]).into_owned()))
+        .map(|p| {
+            (
+                String::from_utf8_lossy(&p[0]).into_owned(),
+                String::from_utf8_lossy(&p[1]).into_owned(),
+            )
+        })
         .collect();
 
     // Names first, as Redis: the first problem found wins, but an unknown name is
@@ -730,13 +833,19 @@ fn config_set(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         }
         let why = if !p.mutable {
             "can't set immutable config"
-        } else if params.iter().any(|q: &&crate::config::Param| q.name == p.name) {
+        } else if params
+            .iter()
+            .any(|q: &&crate::config::Param| q.name == p.name)
+        {
             "duplicate parameter"
         } else {
             params.push(p);
             continue;
         };
-        problem = Some(ConfigError::Invalid { name: name.clone(), why: why.into() });
+        problem = Some(ConfigError::Invalid {
+            name: name.clone(),
+            why: why.into(),
+        });
     }
     if let Some(e) = problem {
         return Err(CmdError::err(e.to_string()));
@@ -745,11 +854,16 @@ fn config_set(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     // Values: validated on a scratch configuration, so a bad value changes nothing.
     let scratch = Config::default();
     for (p, (_, value)) in params.iter().zip(&pairs) {
-        scratch.set(p.name, value, false).map_err(|e| CmdError::err(e.to_string()))?;
+        scratch
+            .set(p.name, value, false)
+            .map_err(|e| CmdError::err(e.to_string()))?;
     }
 
     let config = &ctx.server.config;
-    let backup: Vec<String> = params.iter().map(|p| config.get(p.name).unwrap_or_default()).collect();
+    let backup: Vec<String> = params
+        .iter()
+        .map(|p| config.get(p.name).unwrap_or_default())
+        .collect();
     for (i, (p, (_, value))) in params.iter().zip(&pairs).enumerate() {
         if let Err(e) = config.set(p.name, value, false) {
             for (q, old) in params[..i].iter().zip(&backup) {
@@ -792,7 +906,10 @@ fn config_rewrite(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
 
 /// Quotes a config value the way `split_args` reads it back.
 fn quote_config_value(v: &str) -> String {
-    let plain = !v.is_empty() && !v.chars().any(|c| c.is_whitespace() || c == '"' || c == '\'' || c == '\\');
+    let plain = !v.is_empty()
+        && !v
+            .chars()
+            .any(|c| c.is_whitespace() || c == '"' || c == '\'' || c == '\\');
     if plain {
         return v.to_string();
     }
@@ -824,7 +941,12 @@ fn rewrite_config_file(config: &Config, path: &Path) -> std::io::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(e),
     };
-    let line_for = |name: &str| format!("{name} {}\n", quote_config_value(&config.get(name).unwrap_or_default()));
+    let line_for = |name: &str| {
+        format!(
+            "{name} {}\n",
+            quote_config_value(&config.get(name).unwrap_or_default())
+        )
+    };
     let mut seen = HashSet::new();
     let mut marked = false;
     let mut out = String::with_capacity(old.len() + 256);
@@ -832,8 +954,11 @@ fn rewrite_config_file(config: &Config, path: &Path) -> std::io::Result<()> {
         let trimmed = line.trim();
         // The marker is kept where it is, and written only once.
         marked |= trimmed == MARKER;
-        let first =
-            if trimmed.starts_with('#') { None } else { split_args(trimmed).and_then(|w| w.into_iter().next()) };
+        let first = if trimmed.starts_with('#') {
+            None
+        } else {
+            split_args(trimmed).and_then(|w| w.into_iter().next())
+        };
         match first.and_then(|n| PARAMS.iter().find(|p| p.name.eq_ignore_ascii_case(&n))) {
             Some(p) => {
                 if seen.insert(p.name) {
@@ -867,7 +992,9 @@ fn rewrite_config_file(config: &Config, path: &Path) -> std::io::Result<()> {
 /// A HELP reply: one status line each, as Redis's `addReplyHelp`.
 fn help(command: &str, lines: &[&str]) -> Frame {
     let mut out = Vec::with_capacity(lines.len() + 3);
-    out.push(Frame::simple(format!("{command} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:")));
+    out.push(Frame::simple(format!(
+        "{command} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
+    )));
     out.extend(lines.iter().map(|l| Frame::simple(l.to_string())));
     out.push(Frame::simple("HELP"));
     out.push(Frame::simple("    Prints this help."));
@@ -911,7 +1038,10 @@ fn flush(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 
 fn time(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     let now = unix_now();
-    Ok(Frame::Array(vec![Frame::bulk(now.as_secs().to_string()), Frame::bulk(now.subsec_micros().to_string())]))
+    Ok(Frame::Array(vec![
+        Frame::bulk(now.as_secs().to_string()),
+        Frame::bulk(now.subsec_micros().to_string()),
+    ]))
 }
 
 /// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]. There is nothing to save and no
@@ -999,7 +1129,11 @@ fn memory_usage(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(match ctx.view().peek(key) {
         None => Frame::Null,
         Some(e) => {
-            let ttl = if e.expire_at().is_some() { expire_overhead() } else { 0 };
+            let ttl = if e.expire_at().is_some() {
+                expire_overhead()
+            } else {
+                0
+            };
             Frame::Integer((key.len() + e.value().heap_size() + entry_overhead() + ttl) as i64)
         }
     })
@@ -1012,7 +1146,12 @@ fn memory_stats(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     let rss = crate::alloc::rss() as u64;
     let keys = server.db.len() as u64;
     let expires = volatile_keys(ctx) as u64;
-    let clients: u64 = server.clients.all().iter().map(|c| c.qbuf.load(Relaxed) + c.obuf.load(Relaxed)).sum();
+    let clients: u64 = server
+        .clients
+        .all()
+        .iter()
+        .map(|c| c.qbuf.load(Relaxed) + c.obuf.load(Relaxed))
+        .sum();
     let main = keys * entry_overhead() as u64;
     let expires_overhead = expires * expire_overhead() as u64;
     let overhead = main + expires_overhead + clients;
@@ -1043,12 +1182,27 @@ fn memory_stats(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     m.extend([
         (key("overhead.total"), int(overhead)),
         (key("keys.count"), int(keys)),
-        (key("keys.bytes-per-key"), int(used.checked_div(keys).unwrap_or(0))),
+        (
+            key("keys.bytes-per-key"),
+            int(used.checked_div(keys).unwrap_or(0)),
+        ),
         (key("dataset.bytes"), int(dataset)),
-        (key("dataset.percentage"), Frame::Double(dataset as f64 * 100.0 / used.max(1) as f64)),
-        (key("peak.percentage"), Frame::Double(used as f64 * 100.0 / peak.max(1) as f64)),
-        (key("fragmentation"), Frame::Double(rss as f64 / used.max(1) as f64)),
-        (key("fragmentation.bytes"), Frame::Integer(rss as i64 - used as i64)),
+        (
+            key("dataset.percentage"),
+            Frame::Double(dataset as f64 * 100.0 / used.max(1) as f64),
+        ),
+        (
+            key("peak.percentage"),
+            Frame::Double(used as f64 * 100.0 / peak.max(1) as f64),
+        ),
+        (
+            key("fragmentation"),
+            Frame::Double(rss as f64 / used.max(1) as f64),
+        ),
+        (
+            key("fragmentation.bytes"),
+            Frame::Integer(rss as i64 - used as i64),
+        ),
     ]);
     Ok(Frame::Map(m))
 }
@@ -1060,11 +1214,17 @@ fn memory_doctor(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     } else {
         "Hi Sam, I can't find any memory issue in your instance. I can only account for what occurs on this base."
     };
-    Ok(Frame::Verbatim { format: *b"txt", text: Bytes::from_static(text.as_bytes()) })
+    Ok(Frame::Verbatim {
+        format: *b"txt",
+        text: Bytes::from_static(text.as_bytes()),
+    })
 }
 
 fn memory_malloc_stats(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
-    Ok(Frame::Verbatim { format: *b"txt", text: Bytes::from_static(b"Stats not supported for the current allocator") })
+    Ok(Frame::Verbatim {
+        format: *b"txt",
+        text: Bytes::from_static(b"Stats not supported for the current allocator"),
+    })
 }
 
 fn memory_purge(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
@@ -1096,7 +1256,9 @@ mod tests {
     use super::*;
 
     fn args(v: &[&str]) -> Vec<Bytes> {
-        v.iter().map(|s| Bytes::copy_from_slice(s.as_bytes())).collect()
+        v.iter()
+            .map(|s| Bytes::copy_from_slice(s.as_bytes()))
+            .collect()
     }
 
     #[test]
@@ -1110,12 +1272,22 @@ mod tests {
 
     #[test]
     fn section_selection() {
-        let names = |w: [bool; 14]| SECTIONS.iter().zip(w).filter(|(_, w)| *w).map(|(s, _)| s.1).collect::<Vec<_>>();
+        let names = |w: [bool; 14]| {
+            SECTIONS
+                .iter()
+                .zip(w)
+                .filter(|(_, w)| *w)
+                .map(|(s, _)| s.1)
+                .collect::<Vec<_>>()
+        };
         let default = names(selected_sections(&[]));
         assert!(default.contains(&"keyspace") && !default.contains(&"commandstats"));
         assert_eq!(names(selected_sections(&args(&["default"]))), default);
         assert_eq!(names(selected_sections(&args(&["ALL"]))).len(), 14);
-        assert_eq!(names(selected_sections(&args(&["keyspace", "CPU"]))), ["cpu", "keyspace"]);
+        assert_eq!(
+            names(selected_sections(&args(&["keyspace", "CPU"]))),
+            ["cpu", "keyspace"]
+        );
         assert!(names(selected_sections(&args(&["nosuch"]))).is_empty());
     }
 
@@ -1132,7 +1304,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("relcache-rewrite-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("redis.conf");
-        std::fs::write(&path, "# my cache\nmaxclients 7\nunknown-directive 1\nmaxclients 8\n").unwrap();
+        std::fs::write(
+            &path,
+            "# my cache\nmaxclients 7\nunknown-directive 1\nmaxclients 8\n",
+        )
+        .unwrap();
         let c = Config::default();
         c.set("maxclients", "9", false).unwrap();
         c.set("requirepass", "p w", false).unwrap();

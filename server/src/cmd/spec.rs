@@ -61,12 +61,28 @@ pub enum Keys {
 }
 
 impl Keys {
-    pub const ONE: Keys = Keys::Range { first: 1, last: 1, step: 1 };
-    pub const ALL_ARGS: Keys = Keys::Range { first: 1, last: -1, step: 1 };
+    pub const ONE: Keys = Keys::Range {
+        first: 1,
+        last: 1,
+        step: 1,
+    };
+    pub const ALL_ARGS: Keys = Keys::Range {
+        first: 1,
+        last: -1,
+        step: 1,
+    };
     /// `key value key value …` (MSET).
-    pub const PAIRS: Keys = Keys::Range { first: 1, last: -1, step: 2 };
+    pub const PAIRS: Keys = Keys::Range {
+        first: 1,
+        last: -1,
+        step: 2,
+    };
     /// Two keys at 1 and 2 (RENAME).
-    pub const TWO: Keys = Keys::Range { first: 1, last: 2, step: 1 };
+    pub const TWO: Keys = Keys::Range {
+        first: 1,
+        last: 2,
+        step: 1,
+    };
 }
 
 /// The group COMMAND DOCS reports, which also gives the ACL category.
@@ -166,7 +182,10 @@ impl CommandSpec {
 
     /// The flag names COMMAND INFO reports.
     pub fn flag_names(&self) -> impl Iterator<Item = &'static str> + '_ {
-        FLAG_NAMES.iter().filter(|(f, _)| self.has(*f)).map(|(_, n)| *n)
+        FLAG_NAMES
+            .iter()
+            .filter(|(f, _)| self.has(*f))
+            .map(|(_, n)| *n)
     }
 
     /// ACL categories, derived from flags and group.
@@ -204,11 +223,20 @@ impl CommandSpec {
             Keys::All => None,
             Keys::Range { first, last, step } => {
                 let first = first as i64;
-                let last = if last < 0 { n + last as i64 } else { (last as i64).min(n - 1) };
+                let last = if last < 0 {
+                    n + last as i64
+                } else {
+                    (last as i64).min(n - 1)
+                };
                 if first >= n || last < first {
                     return Some(Vec::new());
                 }
-                Some((first..=last).step_by(step as usize).map(|i| i as usize).collect())
+                Some(
+                    (first..=last)
+                        .step_by(step as usize)
+                        .map(|i| i as usize)
+                        .collect(),
+                )
             }
             Keys::NumKeys { at } => {
                 let count = args
@@ -228,21 +256,48 @@ mod tests {
     use super::*;
 
     fn args(v: &[&str]) -> Vec<Bytes> {
-        v.iter().map(|s| Bytes::copy_from_slice(s.as_bytes())).collect()
+        v.iter()
+            .map(|s| Bytes::copy_from_slice(s.as_bytes()))
+            .collect()
     }
 
     #[test]
     fn key_positions() {
-        let mset = CommandSpec { keys: Keys::PAIRS, ..CommandSpec::DEFAULT };
-        assert_eq!(mset.key_indices(&args(&["mset", "a", "1", "b", "2"])), Some(vec![1, 3]));
-        let del = CommandSpec { keys: Keys::ALL_ARGS, ..CommandSpec::DEFAULT };
+        let mset = CommandSpec {
+            keys: Keys::PAIRS,
+            ..CommandSpec::DEFAULT
+        };
+        assert_eq!(
+            mset.key_indices(&args(&["mset", "a", "1", "b", "2"])),
+            Some(vec![1, 3])
+        );
+        let del = CommandSpec {
+            keys: Keys::ALL_ARGS,
+            ..CommandSpec::DEFAULT
+        };
         assert_eq!(del.key_indices(&args(&["del", "a", "b"])), Some(vec![1, 2]));
-        let inter = CommandSpec { keys: Keys::NumKeys { at: 1 }, ..CommandSpec::DEFAULT };
-        assert_eq!(inter.key_indices(&args(&["sintercard", "2", "a", "b", "LIMIT", "1"])), Some(vec![2, 3]));
-        assert_eq!(inter.key_indices(&args(&["sintercard", "9", "a"])), Some(vec![2]));
-        let get = CommandSpec { keys: Keys::ONE, arity: 2, ..CommandSpec::DEFAULT };
+        let inter = CommandSpec {
+            keys: Keys::NumKeys { at: 1 },
+            ..CommandSpec::DEFAULT
+        };
+        assert_eq!(
+            inter.key_indices(&args(&["sintercard", "2", "a", "b", "LIMIT", "1"])),
+            Some(vec![2, 3])
+        );
+        assert_eq!(
+            inter.key_indices(&args(&["sintercard", "9", "a"])),
+            Some(vec![2])
+        );
+        let get = CommandSpec {
+            keys: Keys::ONE,
+            arity: 2,
+            ..CommandSpec::DEFAULT
+        };
         assert!(get.arity_ok(2) && !get.arity_ok(3));
-        let neg = CommandSpec { arity: -2, ..CommandSpec::DEFAULT };
+        let neg = CommandSpec {
+            arity: -2,
+            ..CommandSpec::DEFAULT
+        };
         assert!(neg.arity_ok(5) && !neg.arity_ok(1));
     }
 }

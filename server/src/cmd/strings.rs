@@ -595,7 +595,7 @@ fn mget(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 /// MSET's and MSETNX's pairs (key index, value), values made outside the lock;
 /// `key value` pairs must come complete, else the arity error Redis gives.
 fn pairs(ctx: &Ctx<'_, '_>, args: &[Bytes]) -> Result<Vec<(usize, Value)>, CmdError> {
-    if args.len() % 2 == 0 {
+    if args.len().is_multiple_of(2) {
         return Err(CmdError::WrongArity(ctx.spec.name.to_string()));
     }
     (1..args.len())

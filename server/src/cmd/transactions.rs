@@ -55,7 +55,12 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: "watch",
         arity: -2,
-        flags: spec::NOSCRIPT | spec::LOADING | spec::STALE | spec::FAST | spec::ALLOW_BUSY | spec::LOCK_WRITE,
+        flags: spec::NOSCRIPT
+            | spec::LOADING
+            | spec::STALE
+            | spec::FAST
+            | spec::ALLOW_BUSY
+            | spec::LOCK_WRITE,
         keys: Keys::ALL_ARGS,
         group: Group::Transactions,
         since: "2.2.0",
@@ -78,7 +83,10 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
 
 /// Commands that run at once even inside MULTI instead of being queued.
 pub(super) fn runs_inside_multi(spec: &CommandSpec) -> bool {
-    matches!(spec.name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset")
+    matches!(
+        spec.name,
+        "exec" | "discard" | "multi" | "watch" | "quit" | "reset"
+    )
 }
 
 fn multi(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
@@ -156,7 +164,9 @@ fn exec(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     session.info.multi.store(u64::MAX, Relaxed);
     if multi.failed {
         unwatch_all(server, session);
-        return Err(CmdError::Coded("EXECABORT Transaction discarded because of previous errors.".into()));
+        return Err(CmdError::Coded(
+            "EXECABORT Transaction discarded because of previous errors.".into(),
+        ));
     }
     let now = now_ms();
     let watched_expired = session
@@ -185,7 +195,11 @@ fn exec(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
         write |= spec.has(spec::WRITE) || spec.has(spec::LOCK_WRITE);
         resolved.push((id, spec));
     }
-    let mode = if write { LockMode::Write } else { LockMode::Read };
+    let mode = if write {
+        LockMode::Write
+    } else {
+        LockMode::Read
+    };
     let mut view = server.db.view(&keys, all, mode);
     let mut replies = Vec::with_capacity(resolved.len());
     for ((id, spec), args) in resolved.into_iter().zip(&multi.queued) {

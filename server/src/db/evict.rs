@@ -45,7 +45,10 @@ impl Policy {
     }
 
     fn volatile_only(self) -> bool {
-        matches!(self, Policy::VolatileLru | Policy::VolatileRandom | Policy::VolatileTtl)
+        matches!(
+            self,
+            Policy::VolatileLru | Policy::VolatileRandom | Policy::VolatileTtl
+        )
     }
 
     fn random(self) -> bool {
@@ -75,7 +78,13 @@ impl Evictor {
     /// Evicts keys while `over()` says memory is still over the limit. Returns the
     /// number of keys evicted and whether it had to stop with memory still over (no
     /// key the policy may evict).
-    pub fn evict(&self, db: &Db, policy: Policy, samples: usize, mut over: impl FnMut() -> bool) -> (u64, bool) {
+    pub fn evict(
+        &self,
+        db: &Db,
+        policy: Policy,
+        samples: usize,
+        mut over: impl FnMut() -> bool,
+    ) -> (u64, bool) {
         if policy == Policy::NoEviction {
             return (0, over());
         }
@@ -114,10 +123,14 @@ impl Evictor {
             let mut map = shard.map.write();
             let key = if policy.volatile_only() {
                 let len = map.volatile_len();
-                (len > 0).then(|| map.volatile_key(rng.gen_range(0..len)).cloned()).flatten()
+                (len > 0)
+                    .then(|| map.volatile_key(rng.gen_range(0..len)).cloned())
+                    .flatten()
             } else {
                 let len = map.len();
-                (len > 0).then(|| map.get_index(rng.gen_range(0..len)).map(|(k, _)| k.clone())).flatten()
+                (len > 0)
+                    .then(|| map.get_index(rng.gen_range(0..len)).map(|(k, _)| k.clone()))
+                    .flatten()
             };
             if let Some(key) = key {
                 let entry = map.remove(&key);
@@ -138,7 +151,9 @@ impl Evictor {
             let shard = db.shard(c.shard);
             let mut map = shard.map.write();
             let now = super::now_ms();
-            let Some(entry) = map.get(&c.key, now) else { continue };
+            let Some(entry) = map.get(&c.key, now) else {
+                continue;
+            };
             if policy.volatile_only() && entry.expire_at().is_none() {
                 continue;
             }
@@ -167,7 +182,11 @@ impl Evictor {
             let found = (0..SHARDS).find_map(|n| {
                 let idx = (start + n) % SHARDS;
                 let map = db.shard(idx).map.read();
-                let len = if policy.volatile_only() { map.volatile_len() } else { map.len() };
+                let len = if policy.volatile_only() {
+                    map.volatile_len()
+                } else {
+                    map.len()
+                };
                 (len > 0).then_some((idx, map, len))
             });
             let Some((idx, map, len)) = found else { return };
@@ -192,7 +211,14 @@ impl Evictor {
                 pool.remove(0);
             }
             let at = pool.partition_point(|c| c.score < score);
-            pool.insert(at, Candidate { score, shard: idx, key: key.clone() });
+            pool.insert(
+                at,
+                Candidate {
+                    score,
+                    shard: idx,
+                    key: key.clone(),
+                },
+            );
         }
     }
 }
@@ -207,7 +233,11 @@ mod tests {
         let keys: Vec<Vec<u8>> = (0..n).map(|i| format!("k{i}").into_bytes()).collect();
         let mut v = db.view(&keys, false, LockMode::Write);
         for (i, k) in keys.iter().enumerate() {
-            let exp = if ttl_every > 0 && i % ttl_every == 0 { super::super::now_ms() + 1_000_000 + i as u64 } else { 0 };
+            let exp = if ttl_every > 0 && i % ttl_every == 0 {
+                super::super::now_ms() + 1_000_000 + i as u64
+            } else {
+                0
+            };
             v.insert(k, Value::Str(Bytes::from_static(b"v")), exp);
         }
         keys
@@ -221,7 +251,9 @@ mod tests {
         // Read the first half: they become recent.
         {
             let v = db.view(&keys[..1000], false, LockMode::Read);
-            keys[..1000].iter().for_each(|k| assert!(v.get(k).is_some()));
+            keys[..1000]
+                .iter()
+                .for_each(|k| assert!(v.get(k).is_some()));
         }
         let ev = Evictor::default();
         let mut left = 500;

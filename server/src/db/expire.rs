@@ -35,7 +35,9 @@ pub fn active_expire_cycle(db: &Db, budget: Duration) -> u64 {
         let shard = db.shard(idx);
         loop {
             // try_write: a sweep must never queue behind (or ahead of) client work.
-            let Some(mut map) = shard.map.try_write() else { break };
+            let Some(mut map) = shard.map.try_write() else {
+                break;
+            };
             let vol = map.volatile_len();
             if vol == 0 {
                 break;
@@ -44,7 +46,9 @@ pub fn active_expire_cycle(db: &Db, budget: Duration) -> u64 {
             let mut expired = Vec::new();
             for _ in 0..SAMPLE.min(vol) {
                 let i = rng.gen_range(0..vol);
-                let Some(key) = map.volatile_key(i) else { continue };
+                let Some(key) = map.volatile_key(i) else {
+                    continue;
+                };
                 if map.get(key, now).is_none() {
                     expired.push(key.clone());
                 }
@@ -81,7 +85,11 @@ mod tests {
         {
             let mut v = db.view(&keys, false, LockMode::Write);
             for (i, k) in keys.iter().enumerate() {
-                let exp = if i % 2 == 0 { past } else { now_ms() + 3_600_000 };
+                let exp = if i % 2 == 0 {
+                    past
+                } else {
+                    now_ms() + 3_600_000
+                };
                 v.insert(k, Value::Str(Bytes::from_static(b"v")), exp);
             }
         }

@@ -57,15 +57,25 @@ type Footprint = [i64; 4];
 impl IdSet {
     fn footprint(&self) -> Footprint {
         // Tolerant: a value taken apart mid-update (an empty buffer) counts as nothing.
-        let Ok(t) = TableRef::open(&self.table) else { return [0; 4] };
-        [t.len() as i64, i64::from(t.capacity()), i64::from(t.count()) + i64::from(t.deleted()), self.table.len() as i64]
+        let Ok(t) = TableRef::open(&self.table) else {
+            return [0; 4];
+        };
+        [
+            t.len() as i64,
+            i64::from(t.capacity()),
+            i64::from(t.count()) + i64::from(t.deleted()),
+            self.table.len() as i64,
+        ]
     }
 
     fn account(&self, sign: i64, before: Option<Footprint>) {
         let now = self.footprint();
         let before = before.unwrap_or([0; 4]);
         let t = &TOTALS;
-        for (g, (n, b)) in [&t.ids, &t.slots, &t.used_slots, &t.bytes].into_iter().zip(now.iter().zip(before)) {
+        for (g, (n, b)) in [&t.ids, &t.slots, &t.used_slots, &t.bytes]
+            .into_iter()
+            .zip(now.iter().zip(before))
+        {
             g.add(sign * (n - b));
         }
     }
@@ -140,7 +150,9 @@ impl IdSet {
     /// snapshot so the caller can run it without holding the shard lock.
     pub fn plan_rebuild(&self, incoming: usize) -> Bytes {
         let reserve = incoming.max(self.len() as usize);
-        rebuild(&self.table(), reserve).expect("table size within format limits").into()
+        rebuild(&self.table(), reserve)
+            .expect("table size within format limits")
+            .into()
     }
 
     /// Whether `other` is this exact stored buffer (nobody changed the key since a
@@ -171,7 +183,8 @@ impl IdSet {
                 }
                 Err(_full) => {
                     let reserve = (ids.len() - i).max(table.len() as usize);
-                    let bigger = rebuild(&table.as_table(), reserve).expect("table size within format limits");
+                    let bigger = rebuild(&table.as_table(), reserve)
+                        .expect("table size within format limits");
                     buf = BytesMut::from(&bigger[..]);
                 }
             }
@@ -207,7 +220,9 @@ impl IdSet {
     /// The table as a mutable buffer: no copy if no reply still holds it.
     fn take_mut(&mut self) -> BytesMut {
         let table = std::mem::take(&mut self.table);
-        table.try_into_mut().unwrap_or_else(|shared| BytesMut::from(&shared[..]))
+        table
+            .try_into_mut()
+            .unwrap_or_else(|shared| BytesMut::from(&shared[..]))
     }
 }
 
@@ -220,7 +235,9 @@ mod tests {
     fn grows_and_shrinks_with_the_model() {
         let mut s = IdSet::build(&[]);
         let mut model = HashSet::new();
-        let ids: Vec<u64> = (0..5000u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
+        let ids: Vec<u64> = (0..5000u64)
+            .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .collect();
         for chunk in ids.chunks(37) {
             let want = chunk.iter().filter(|id| model.insert(**id)).count() as u64;
             assert_eq!(s.insert_many(chunk), want);
@@ -229,7 +246,10 @@ mod tests {
         let big_cap = s.table().capacity();
         let (gone, kept) = ids.split_at(4900);
         assert_eq!(s.remove_many(gone), 4900);
-        assert!(s.table().capacity() < big_cap, "shrunk after most members left");
+        assert!(
+            s.table().capacity() < big_cap,
+            "shrunk after most members left"
+        );
         assert!(kept.iter().all(|&id| s.contains(id)));
         assert!(gone.iter().all(|&id| !s.contains(id)));
         assert!(relcache_protocol::idset::validate(s.bytes()).is_ok());
@@ -242,7 +262,10 @@ mod tests {
         let reply = s.bytes().clone(); // a GET reply in flight
         s.insert_many(&[1004]);
         assert!(!s.is_same(&reply), "copy on write");
-        assert!(!TableRef::open(&reply).unwrap().contains(1004), "the reply is unchanged");
+        assert!(
+            !TableRef::open(&reply).unwrap().contains(1004),
+            "the reply is unchanged"
+        );
         drop(reply);
         let before = s.bytes().as_ptr();
         s.insert_many(&[1005]);

@@ -30,7 +30,10 @@ impl Key {
         if k.len() <= INLINE {
             let mut buf = [0u8; INLINE];
             buf[..k.len()].copy_from_slice(k);
-            Key(Repr::Inline { len: k.len() as u8, buf })
+            Key(Repr::Inline {
+                len: k.len() as u8,
+                buf,
+            })
         } else {
             Key(Repr::Heap(Bytes::copy_from_slice(k)))
         }
@@ -119,7 +122,11 @@ mod tests {
 
     #[test]
     fn inline_and_heap_keys_look_up_by_slice() {
-        assert!(std::mem::size_of::<Key>() <= 40, "size {}", std::mem::size_of::<Key>());
+        assert!(
+            std::mem::size_of::<Key>() <= 40,
+            "size {}",
+            std::mem::size_of::<Key>()
+        );
         let short = Key::copy_from(b"user:1:following");
         let long = Key::copy_from(&[b'x'; 100]);
         assert_eq!(short.heap_size(), 0);

@@ -94,7 +94,10 @@ impl Db {
     /// Number of keys with an expiry (for INFO keyspace). Takes each shard's lock
     /// briefly; never call it from inside a command that holds a [`View`].
     pub fn volatile_len(&self) -> usize {
-        self.shards.iter().map(|s| s.map.read().volatile_len()).sum()
+        self.shards
+            .iter()
+            .map(|s| s.map.read().volatile_len())
+            .sum()
     }
 
     /// The current LRU clock: Unix milliseconds, truncated to 32 bits. Entries store
@@ -116,7 +119,11 @@ impl Db {
     }
 
     /// Locks the shards owning `keys`; allocation-free for a handful of keys.
-    pub fn view_of<'a, 'k>(&'a self, keys: impl Iterator<Item = &'k [u8]>, mode: LockMode) -> View<'a> {
+    pub fn view_of<'a, 'k>(
+        &'a self,
+        keys: impl Iterator<Item = &'k [u8]>,
+        mode: LockMode,
+    ) -> View<'a> {
         let mut idx: smallvec::SmallVec<[usize; 8]> = keys.map(|k| self.shard_index(k)).collect();
         idx.sort_unstable();
         idx.dedup();

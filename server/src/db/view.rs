@@ -209,7 +209,9 @@ impl<'a> View<'a> {
         for (i, g) in &mut self.guards {
             if let Guard::Write(g) = g {
                 n += g.clear();
-                db.shard(*i).len.store(0, std::sync::atomic::Ordering::Relaxed);
+                db.shard(*i)
+                    .len
+                    .store(0, std::sync::atomic::Ordering::Relaxed);
             }
         }
         n
