@@ -100,6 +100,26 @@ pub fn allocated() -> Option<usize> {
     Some(sum.max(0) as usize)
 }
 
+/// The highest `used_memory` seen: sampled by the server cron every tick and by
+/// INFO, not on every allocation (a true high-water mark would put a
+/// compare-and-swap on the allocator's hot path).
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+/// Records `used` as a peak candidate.
+pub fn note_peak(used: u64) {
+    PEAK.fetch_max(used as usize, Relaxed);
+}
+
+/// The highest sampled `used_memory`.
+pub fn peak() -> u64 {
+    PEAK.load(Relaxed) as u64
+}
+
+/// `CONFIG RESETSTAT`.
+pub fn reset_peak() {
+    PEAK.store(0, Relaxed);
+}
+
 /// Resident set size of this process, from /proc (0 where unavailable).
 pub fn rss() -> usize {
     std::fs::read_to_string("/proc/self/statm")

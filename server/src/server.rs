@@ -32,6 +32,9 @@ pub struct Server {
     pub started: Instant,
     pub run_id: String,
     pub local_addr: SocketAddr,
+    /// `used_memory` once the server was set up, before any client (INFO's
+    /// `used_memory_startup`).
+    pub startup_memory: usize,
 }
 
 impl Server {
@@ -58,6 +61,7 @@ impl Server {
             started: Instant::now(),
             run_id,
             local_addr,
+            startup_memory: crate::alloc::allocated().unwrap_or(0),
         }
     }
 
@@ -171,6 +175,9 @@ fn cron(server: &Server) {
     while !server.shutdown.is_cancelled() {
         let hz = server.config.hz.load(Relaxed).clamp(1, 500);
         let period = Duration::from_millis(1000 / hz);
+        if let Some(used) = crate::alloc::allocated() {
+            crate::alloc::note_peak(used as u64);
+        }
         // Redis gives the slow expiry cycle 25% of a cron period.
         let removed = expire::active_expire_cycle(&server.db, period / 4);
         if removed > 0 {

@@ -14,7 +14,7 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -279,21 +279,16 @@ const MEMORY_SUBCOMMANDS: &[CommandSpec] = &[
 // ---------------------------------------------------------------------------------
 // Memory figures shared by INFO and MEMORY.
 
-/// The highest `used_memory` INFO or MEMORY has seen since start (or RESETSTAT).
-/// Sampled when those commands read memory, not on every allocation: keeping a true
-/// high-water mark would put a compare-and-swap on the allocator's hot path.
-static PEAK: AtomicU64 = AtomicU64::new(0);
-
 /// Bytes in use: the counting allocator's live heap. A process that does not
 /// install it (a library embedding) falls back to the resident set size.
 fn used_memory() -> u64 {
     let used = crate::alloc::allocated().unwrap_or_else(crate::alloc::rss) as u64;
-    PEAK.fetch_max(used, Relaxed);
+    crate::alloc::note_peak(used);
     used
 }
 
 fn peak_memory(used: u64) -> u64 {
-    PEAK.load(Relaxed).max(used)
+    crate::alloc::peak().max(used)
 }
 
 /// What one key costs beyond its key bytes and its value's heap: the shard map's
@@ -598,6 +593,28 @@ fn info_memory(server: &Server, out: &mut String) {
     field(out, "used_memory_human", human(used));
     field(out, "used_memory_rss", rss);
     field(out, "used_memory_rss_human", human(rss));
+    // Redis's split: the overhead is what the server needs with no data (measured
+    // at start) plus the clients' buffers; the dataset is the rest.
+    let startup = server.startup_memory as u64;
+    let client_buffers: u64 = server
+        .clients
+        .all()
+        .iter()
+        .map(|c| c.qbuf.load(Relaxed) + c.obuf.load(Relaxed))
+        .sum();
+    let overhead = (startup + client_buffers).min(used);
+    let dataset = used - overhead;
+    field(out, "used_memory_startup", startup);
+    field(out, "used_memory_overhead", overhead);
+    field(out, "used_memory_dataset", dataset);
+    field(
+        out,
+        "used_memory_dataset_perc",
+        format!(
+            "{:.2}%",
+            dataset as f64 * 100.0 / (used - startup.min(used)).max(1) as f64
+        ),
+    );
     field(out, "used_memory_peak", peak);
     field(out, "used_memory_peak_human", human(peak));
     field(
@@ -886,7 +903,7 @@ fn config_resetstat(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     let server = ctx.server;
     server.stats.reset();
     server.cmdstats.iter().for_each(|s| s.reset());
-    PEAK.store(0, Relaxed);
+    crate::alloc::reset_peak();
     used_memory();
     Ok(Frame::ok())
 }
