@@ -67,6 +67,10 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
     let mut last_input = Instant::now();
     let mut over_soft_since: Option<Instant> = None;
     let mut closing = false;
+    // Created once: registering a fresh waiter with the token on every batch would
+    // take its lock twice per round trip.
+    let killed = info.kill.cancelled();
+    tokio::pin!(killed);
 
     loop {
         // 1. Execute every complete request in the buffer.
@@ -127,7 +131,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
         let want_write = !wbuf.is_empty();
         tokio::select! {
             biased;
-            _ = info.kill.cancelled() => {
+            _ = &mut killed => {
                 // Shutdown or CLIENT KILL: hand over what is already computed.
                 let _ = try_write(server, stream, &mut wbuf);
                 return Closed::Normal;
