@@ -5,14 +5,12 @@
 mod harness;
 
 use std::collections::HashSet;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use harness::TestServer;
+use harness::{Raw, TestServer};
 use redis::{Connection, FromRedisValue};
-use relcache_protocol::resp::{parse_frame, Frame, Limits};
+use relcache_protocol::resp::Frame;
 
 // ---- helpers --------------------------------------------------------------------
 
@@ -23,60 +21,6 @@ fn q<T: FromRedisValue>(con: &mut Connection, args: &[&str]) -> T {
         c.arg(*a);
     }
     c.query(con).unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
-
-/// A byte-level connection: sends a request and returns the exact reply bytes.
-struct Raw {
-    s: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Raw {
-    fn new(server: &TestServer) -> Raw {
-        Raw {
-            s: server.raw(),
-            buf: Vec::new(),
-        }
-    }
-
-    fn call(&mut self, args: &[&str]) -> Vec<u8> {
-        let mut req = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            req.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
-        }
-        self.s.write_all(&req).unwrap();
-        loop {
-            if let Some((_, n)) = parse_frame(&self.buf, &Limits::default()).unwrap() {
-                let reply = self.buf[..n].to_vec();
-                self.buf.drain(..n);
-                return reply;
-            }
-            let mut chunk = [0u8; 64 * 1024];
-            let n = self.s.read(&mut chunk).expect("reply");
-            assert!(n > 0, "server closed the connection after {args:?}");
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-
-    fn frame(&mut self, args: &[&str]) -> Frame {
-        let bytes = self.call(args);
-        parse_frame(&bytes, &Limits::default()).unwrap().unwrap().0
-    }
-
-    /// Asserts the exact reply bytes.
-    fn expect(&mut self, args: &[&str], want: &[u8]) {
-        let got = self.call(args);
-        assert_eq!(
-            String::from_utf8_lossy(&got),
-            String::from_utf8_lossy(want),
-            "reply to {args:?}"
-        );
-    }
-
-    /// Asserts an exact error reply (`-<text>\r\n`).
-    fn expect_err(&mut self, args: &[&str], text: &str) {
-        self.expect(args, format!("-{text}\r\n").as_bytes());
-    }
 }
 
 fn now_secs() -> i64 {

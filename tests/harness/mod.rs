@@ -320,3 +320,65 @@ pub fn invoked_by_cargo_bench() -> bool {
     }
     yes
 }
+
+/// A byte-level connection: sends a request and returns the exact reply bytes.
+pub struct Raw {
+    s: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Raw {
+    pub fn new(server: &TestServer) -> Raw {
+        Raw {
+            s: server.raw(),
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn call(&mut self, args: &[&str]) -> Vec<u8> {
+        let mut req = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            req.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+        }
+        self.s.write_all(&req).unwrap();
+        loop {
+            if let Some((_, n)) = relcache_protocol::resp::parse_frame(
+                &self.buf,
+                &relcache_protocol::resp::Limits::default(),
+            )
+            .unwrap()
+            {
+                let reply = self.buf[..n].to_vec();
+                self.buf.drain(..n);
+                return reply;
+            }
+            let mut chunk = [0u8; 64 * 1024];
+            let n = self.s.read(&mut chunk).expect("reply");
+            assert!(n > 0, "server closed the connection after {args:?}");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    pub fn frame(&mut self, args: &[&str]) -> relcache_protocol::resp::Frame {
+        let bytes = self.call(args);
+        relcache_protocol::resp::parse_frame(&bytes, &relcache_protocol::resp::Limits::default())
+            .unwrap()
+            .unwrap()
+            .0
+    }
+
+    /// Asserts the exact reply bytes.
+    pub fn expect(&mut self, args: &[&str], want: &[u8]) {
+        let got = self.call(args);
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(want),
+            "reply to {args:?}"
+        );
+    }
+
+    /// Asserts an exact error reply (`-<text>\r\n`).
+    pub fn expect_err(&mut self, args: &[&str], text: &str) {
+        self.expect(args, format!("-{text}\r\n").as_bytes());
+    }
+}
