@@ -503,11 +503,7 @@ fn command_help(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
 mod tests {
     use super::*;
 
-    fn args(v: &[&str]) -> Vec<Bytes> {
-        v.iter()
-            .map(|s| Bytes::copy_from_slice(s.as_bytes()))
-            .collect()
-    }
+    use crate::cmd::test_args as args;
 
     #[test]
     fn getkeys_errors_follow_redis() {

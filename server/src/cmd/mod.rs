@@ -374,6 +374,14 @@ pub fn eq_ic(arg: &[u8], word: &str) -> bool {
     arg.eq_ignore_ascii_case(word.as_bytes())
 }
 
+/// Arguments from string literals, for the families' unit tests.
+#[cfg(test)]
+pub(crate) fn test_args(v: &[&str]) -> Vec<Bytes> {
+    v.iter()
+        .map(|s| Bytes::copy_from_slice(s.as_bytes()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

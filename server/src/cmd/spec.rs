@@ -255,11 +255,7 @@ impl CommandSpec {
 mod tests {
     use super::*;
 
-    fn args(v: &[&str]) -> Vec<Bytes> {
-        v.iter()
-            .map(|s| Bytes::copy_from_slice(s.as_bytes()))
-            .collect()
-    }
+    use crate::cmd::test_args as args;
 
     #[test]
     fn key_positions() {

@@ -1583,11 +1583,7 @@ mod long_double {
 mod tests {
     use super::*;
 
-    fn args(v: &[&str]) -> Vec<Bytes> {
-        v.iter()
-            .map(|s| Bytes::copy_from_slice(s.as_bytes()))
-            .collect()
-    }
+    use crate::cmd::test_args as args;
 
     fn set_opts(v: &[&str]) -> Result<(bool, bool, bool, bool, Option<Unit>), CmdError> {
         let a = args(v);
