@@ -141,7 +141,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
             }
             r = stream.readable(), if want_read => {
                 if let Err(e) = r { return Closed::Io(e) }
-                match try_read(server, stream, &mut rbuf, &decoder) {
+                match try_read(server, stream, &mut rbuf) {
                     Ok(0) => return Closed::Normal,
                     Ok(_) => {
                         last_input = Instant::now();
@@ -213,12 +213,7 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-fn try_read(
-    server: &Server,
-    stream: &TcpStream,
-    rbuf: &mut BytesMut,
-    _decoder: &RequestDecoder,
-) -> io::Result<usize> {
+fn try_read(server: &Server, stream: &TcpStream, rbuf: &mut BytesMut) -> io::Result<usize> {
     if rbuf.capacity() - rbuf.len() < READ_CHUNK {
         rbuf.reserve(READ_CHUNK);
     }
