@@ -115,15 +115,7 @@ pub fn free_port() -> u16 {
 }
 
 /// RESP encoding of one command.
-pub fn encode(args: &[&[u8]]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
+pub use harness::resp_cmd as encode;
 
 /// Sends one command and reads its reply.
 pub fn roundtrip(s: &mut TcpStream, args: &[&[u8]]) -> std::io::Result<Frame> {

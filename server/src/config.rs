@@ -132,6 +132,19 @@ fn set_mem(a: &AtomicU64, v: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A memory value of at least `min` bytes (Redis refuses buffer limits under 1mb).
+fn set_mem_min(a: &AtomicU64, v: &str, min: u64) -> Result<(), String> {
+    let n = parse_memory(v).ok_or("argument must be a memory value")?;
+    if n < min {
+        return Err(format!(
+            "argument must be a memory value of at least {}",
+            min / (1024 * 1024)
+        ) + "mb");
+    }
+    a.store(n, Relaxed);
+    Ok(())
+}
+
 fn yes_no(v: &str) -> Result<bool, String> {
     match v.to_ascii_lowercase().as_str() {
         "yes" => Ok(true),
@@ -222,27 +235,13 @@ pub static PARAMS: &[Param] = &[
         name: "proto-max-bulk-len",
         mutable: true,
         get: |c| get_u(&c.proto_max_bulk_len),
-        set: |c, v| {
-            let n = parse_memory(v).ok_or("argument must be a memory value")?;
-            if n < 1024 * 1024 {
-                return Err("argument must be a memory value of at least 1mb".into());
-            }
-            c.proto_max_bulk_len.store(n, Relaxed);
-            Ok(())
-        },
+        set: |c, v| set_mem_min(&c.proto_max_bulk_len, v, 1024 * 1024),
     },
     Param {
         name: "client-query-buffer-limit",
         mutable: true,
         get: |c| get_u(&c.client_query_buffer_limit),
-        set: |c, v| {
-            let n = parse_memory(v).ok_or("argument must be a memory value")?;
-            if n < 1024 * 1024 {
-                return Err("argument must be a memory value of at least 1mb".into());
-            }
-            c.client_query_buffer_limit.store(n, Relaxed);
-            Ok(())
-        },
+        set: |c, v| set_mem_min(&c.client_query_buffer_limit, v, 1024 * 1024),
     },
     Param {
         name: "client-output-buffer-limit",
