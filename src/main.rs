@@ -14,7 +14,7 @@ use tracing_subscriber::EnvFilter;
 /// Options use Redis's names; any of them can also be set in a redis.conf-style
 /// config file (given first) and, where Redis allows it, with CONFIG SET.
 #[derive(Parser, Debug)]
-#[command(name = "relcache-server", version)]
+#[command(name = "relcache-server", version, args_override_self = true)]
 struct Cli {
     /// A config file in redis.conf syntax (`name value` per line).
     config_file: Option<PathBuf>,
@@ -124,19 +124,22 @@ fn main() -> anyhow::Result<()> {
     }
     let rt = rt.enable_all().thread_name("relcache-worker").build()?;
     rt.block_on(async move {
-        let port = config.port.load(std::sync::atomic::Ordering::Relaxed) as u16;
-        let addrs: Vec<SocketAddr> = config
-            .bind
-            .read()
-            .iter()
-            .map(|ip| SocketAddr::new(*ip, port))
-            .collect();
-        let listener = tokio::net::TcpListener::bind(&addrs[..])
-            .await
-            .with_context(|| format!("binding {addrs:?}"))?;
+        // Every bind address gets a listener, as in Redis. With port 0 the first
+        // one picks a free port and the others use the same.
+        let mut port = config.port.load(std::sync::atomic::Ordering::Relaxed) as u16;
+        let ips: Vec<std::net::IpAddr> = config.bind.read().clone();
+        let mut listeners = Vec::with_capacity(ips.len());
+        for ip in ips {
+            let addr = SocketAddr::new(ip, port);
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding {addr}"))?;
+            port = l.local_addr()?.port();
+            listeners.push(l);
+        }
         let shutdown = CancellationToken::new();
         tokio::spawn(signals(shutdown.clone()));
-        relcache_server::run(listener, config, shutdown).await
+        relcache_server::run(listeners, config, shutdown).await
     })
 }
 

@@ -683,3 +683,27 @@ fn config_file_is_applied() {
     drop(srv);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn every_bind_address_gets_a_listener() {
+    let srv = TestServer::start_with(&["--bind", "127.0.0.1 ::1"]);
+    for host in ["127.0.0.1", "::1"] {
+        let client = redis::Client::open(format!(
+            "redis://{}:{}/",
+            if host == "::1" { "[::1]" } else { host },
+            srv.port
+        ))
+        .unwrap();
+        let mut con = client
+            .get_connection()
+            .unwrap_or_else(|e| panic!("connect to {host}: {e}"));
+        let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+        assert_eq!(pong, "PONG", "{host}");
+    }
+    let bind: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("bind")
+        .query(&mut srv.conn())
+        .unwrap();
+    assert_eq!(bind, vec!["bind".to_string(), "127.0.0.1 ::1".to_string()]);
+}

@@ -109,16 +109,22 @@ impl Server {
     }
 }
 
-/// Serves `listener` until `shutdown` is cancelled (or a client sends SHUTDOWN),
-/// then stops accepting, tells every connection to finish, and waits for them.
+/// Serves `listeners` (one per bound address) until `shutdown` is cancelled (or a
+/// client sends SHUTDOWN), then stops accepting, tells every connection to finish,
+/// and waits for them.
 pub async fn run(
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     config: Config,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let local_addr = listener.local_addr()?;
+    let first = listeners
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("no address to listen on"))?;
+    let local_addr = first.local_addr()?;
     let server = Arc::new(Server::new(config, local_addr, shutdown.clone()));
-    tracing::info!(%local_addr, "relcache ready to accept connections");
+    for l in &listeners {
+        tracing::info!(local_addr = %l.local_addr()?, "relcache ready to accept connections");
+    }
 
     let cron = {
         let server = server.clone();
@@ -128,9 +134,28 @@ pub async fn run(
     };
 
     let tracker = TaskTracker::new();
+    let accepting: Vec<_> = listeners
+        .into_iter()
+        .map(|l| tokio::spawn(accept_loop(l, server.clone(), tracker.clone())))
+        .collect();
+    for a in accepting {
+        let _ = a.await;
+    }
+    tracing::info!("shutting down: closing connections");
+    tracker.close();
+    tracker.wait().await;
+    let _ = tokio::task::spawn_blocking(move || cron.join()).await;
+    tracing::info!("relcache is now ready to exit, bye bye");
+    Ok(())
+}
+
+/// Accepts connections on one listener until shutdown, handing each to its own task.
+async fn accept_loop(listener: TcpListener, server: Arc<Server>, tracker: TaskTracker) {
+    let local_addr = listener.local_addr().unwrap_or(server.local_addr);
+    let shutdown = server.shutdown.clone();
     loop {
         let accepted = tokio::select! {
-            _ = shutdown.cancelled() => break,
+            _ = shutdown.cancelled() => return,
             r = listener.accept() => r,
         };
         let (mut stream, addr) = match accepted {
@@ -160,13 +185,6 @@ pub async fn run(
             }
         }
     }
-    drop(listener);
-    tracing::info!("shutting down: closing connections");
-    tracker.close();
-    tracker.wait().await;
-    let _ = tokio::task::spawn_blocking(move || cron.join()).await;
-    tracing::info!("relcache is now ready to exit, bye bye");
-    Ok(())
 }
 
 /// The background loop: active expiry, `hz` times a second, on its own thread so a
