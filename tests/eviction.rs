@@ -107,14 +107,44 @@ fn noeviction_refuses_writes_with_oom_and_keeps_serving_reads() {
     );
     let back: Vec<u8> = redis::cmd("GET").arg("k0").query(&mut con).unwrap();
     assert_eq!(back, t, "reads still work");
+    // A transaction of reads runs; one that would add data is refused whole.
+    let (card,): (i64,) = redis::pipe()
+        .atomic()
+        .cmd("IDSET.CARD")
+        .arg("k1")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(card, 20_000);
+    let mut raw = s.raw();
+    harness::roundtrip(&mut raw, &harness::resp_cmd(&[b"MULTI"]), b"+OK\r\n");
+    harness::roundtrip(
+        &mut raw,
+        &harness::resp_cmd(&[b"SET", b"more", &t]),
+        b"+QUEUED\r\n",
+    );
+    harness::roundtrip(
+        &mut raw,
+        &harness::resp_cmd(&[b"EXEC"]),
+        b"-OOM command not allowed when used memory > 'maxmemory'.\r\n",
+    );
+    harness::roundtrip(&mut raw, &harness::resp_cmd(&[b"DISCARD"]), b"+OK\r\n");
+    assert_eq!(
+        redis::cmd("EXISTS")
+            .arg("more")
+            .query::<i64>(&mut con)
+            .unwrap(),
+        0
+    );
     let card: i64 = redis::cmd("IDSET.CARD").arg("k1").query(&mut con).unwrap();
     assert_eq!(card, 20_000);
     let deleted: i64 = redis::cmd("DEL")
         .arg("k0")
         .arg("k1")
+        .arg("k2")
         .query(&mut con)
         .unwrap();
-    assert_eq!(deleted, 2, "deletes are not denied");
+    // Deleting frees room: three tables, so the next one fits with margin.
+    assert_eq!(deleted, 3, "deletes are not denied");
     let () = redis::cmd("SET")
         .arg("again")
         .arg(&t)

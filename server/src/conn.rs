@@ -26,8 +26,9 @@ const READ_CHUNK: usize = 16 * 1024;
 /// Past this much pending output mid-batch, try to write before executing more, so
 /// a client that reads promptly never makes us hold a large buffer.
 const EAGER_FLUSH: usize = 64 * 1024;
-/// Buffers that grew past this for one big request are released afterwards.
-const SHRINK_ABOVE: usize = 1024 * 1024;
+/// Buffers that grew past this for one big request (a table load) are released
+/// once drained, so an idle connection never sits on more than this much.
+const SHRINK_ABOVE: usize = 64 * 1024;
 
 enum Closed {
     /// Client went away, QUIT, idle timeout, kill or shutdown: nothing to report.

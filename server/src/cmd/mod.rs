@@ -241,11 +241,20 @@ fn execute(server: &Server, session: &mut Session, args: &[Bytes]) -> Frame {
             return Frame::Simple(Bytes::from_static(b"QUEUED"));
         }
     }
-    let denyoom = spec.has(spec::DENYOOM) || spec.name == "exec";
-    let incoming = if denyoom {
-        args.iter().map(|a| a.len()).sum()
-    } else {
-        0
+    // EXEC adds data when one of its queued commands does; what it may bring in is
+    // the size of those commands.
+    let (denyoom, incoming) = match (&session.multi, spec.name) {
+        (Some(m), "exec") => {
+            let adding: Vec<&Vec<Bytes>> = m
+                .queued
+                .iter()
+                .filter(|a| reg.get(&a[0]).is_some_and(|(_, s)| s.has(spec::DENYOOM)))
+                .collect();
+            let size = adding.iter().flat_map(|a| a.iter()).map(|a| a.len()).sum();
+            (!adding.is_empty(), size)
+        }
+        _ if spec.has(spec::DENYOOM) => (true, args.iter().map(|a| a.len()).sum()),
+        _ => (false, 0),
     };
     if let Err(e) = server.make_room(incoming, denyoom) {
         server.cmdstats[id].rejected_calls.incr();
