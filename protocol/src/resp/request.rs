@@ -400,7 +400,7 @@ fn header_number(buf: &[u8], start: usize, cr: usize) -> Option<i64> {
 /// Parses a decimal `i64` by the rules of Redis's `string2ll`: an optional `-`, then
 /// digits without leading zeros (`0` alone excepted, `-0` refused); no `+`, no
 /// spaces, and the value must fit.
-pub(super) fn parse_strict_i64(text: &[u8]) -> Option<i64> {
+pub fn parse_strict_i64(text: &[u8]) -> Option<i64> {
     let (negative, digits) = match text {
         [b'-', rest @ ..] => (true, rest),
         _ => (false, text),

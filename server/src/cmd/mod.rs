@@ -352,13 +352,8 @@ pub fn parse_i64(arg: &[u8]) -> Result<i64, CmdError> {
 
 /// [`parse_i64`] without the error.
 pub fn parse_i64_opt(arg: &[u8]) -> Option<i64> {
-    if arg.is_empty() || arg.len() > 20 || arg[0] == b'+' {
-        return None;
-    }
-    if arg.len() > 1 && (arg[0] == b'0' || (arg[0] == b'-' && arg[1] == b'0')) {
-        return None; // no leading zeros ("-0" too), as Redis
-    }
-    std::str::from_utf8(arg).ok()?.parse().ok()
+    // The same rules as the protocol's own header numbers.
+    relcache_protocol::resp::parse_strict_i64(arg)
 }
 
 /// Parses a float argument as Redis's `strtold` would accept it (no NaN).

@@ -275,14 +275,15 @@ pub(super) fn add_ids(
         None => return Ok(Some(create(v, key, ids, fresh.take()))),
         Some(e) => {
             let set = e.value().as_idset()?;
-            let Some(first_new) = ids.iter().position(|&id| !set.contains(id)) else {
+            let table = set.table(); // the header is read once, not per id
+            let Some(first_new) = ids.iter().position(|&id| !table.contains(id)) else {
                 return Ok(Some(0));
             };
             let new = &ids[first_new..];
             // `may_need_rebuild` assumes every id is new: count the ones that really
             // are before deciding, so re-adding members never grows a table.
             if may_release && set.may_need_rebuild(new.len()) {
-                let incoming = new.iter().filter(|&&id| !set.contains(id)).count();
+                let incoming = new.iter().filter(|&&id| !table.contains(id)).count();
                 set.may_need_rebuild(incoming)
                     .then(|| (set.clone(), incoming))
             } else {
@@ -360,9 +361,9 @@ fn srem(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let Some(e) = v.peek(key) else {
         return Ok(Frame::Integer(0));
     };
-    let set = e.value().as_idset()?;
+    let table = e.value().as_idset()?.table();
     // Removing no member changes nothing: leave the key (and its WATCHers) alone.
-    if !ids.iter().any(|&id| set.contains(id)) {
+    if !ids.iter().any(|&id| table.contains(id)) {
         return Ok(Frame::Integer(0));
     }
     Ok(Frame::Integer(remove_ids(v, key, &ids) as i64))
