@@ -463,44 +463,17 @@ pub fn parse_memory(v: &str) -> Option<u64> {
     n.checked_mul(mul)
 }
 
-/// Splits a config line into words: whitespace-separated, with "double" (escapes)
-/// and 'single' quotes. `None` on unbalanced quotes.
+/// Splits a config line into words the way Redis reads redis.conf (its
+/// `sdssplitargs`, which the protocol crate implements for inline commands); `None`
+/// on unbalanced quotes.
 pub fn split_args(line: &str) -> Option<Vec<String>> {
-    let mut out = Vec::new();
-    let mut chars = line.chars().peekable();
-    loop {
-        while chars.peek().is_some_and(|c| c.is_whitespace()) {
-            chars.next();
-        }
-        let Some(&first) = chars.peek() else {
-            return Some(out);
-        };
-        let mut word = String::new();
-        if first == '"' || first == '\'' {
-            chars.next();
-            loop {
-                match chars.next()? {
-                    c if c == first => break,
-                    '\\' if first == '"' => match chars.next()? {
-                        'n' => word.push('\n'),
-                        't' => word.push('\t'),
-                        'r' => word.push('\r'),
-                        c => word.push(c),
-                    },
-                    c => word.push(c),
-                }
-            }
-        } else {
-            while let Some(&c) = chars.peek() {
-                if c.is_whitespace() {
-                    break;
-                }
-                word.push(c);
-                chars.next();
-            }
-        }
-        out.push(word);
-    }
+    let words = relcache_protocol::resp::split_args(line.as_bytes())?;
+    Some(
+        words
+            .into_iter()
+            .map(|w| String::from_utf8_lossy(&w).into_owned())
+            .collect(),
+    )
 }
 
 #[cfg(test)]

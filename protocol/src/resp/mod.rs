@@ -19,7 +19,9 @@ use bytes::Bytes;
 
 pub use encode::{write_array_header, write_bulk, write_integer};
 pub use reply::{parse_frame, ReplyDecoder};
-pub use request::{parse_request, parse_strict_i64, Limits, ProtocolError, RequestDecoder};
+pub use request::{
+    parse_request, parse_strict_i64, split_args, Limits, ProtocolError, RequestDecoder,
+};
 
 /// The protocol version a connection speaks; RESP2 until the client says `HELLO 3`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

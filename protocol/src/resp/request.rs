@@ -436,8 +436,8 @@ fn hex_value(b: Option<&u8>) -> Option<u8> {
 
 /// Splits an inline command line into words as Redis's `sdssplitargs` does; `None`
 /// for unbalanced quotes, or a closing quote followed by something other than
-/// whitespace.
-fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
+/// whitespace. Redis reads config files with the same rules.
+pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
     let mut args = Vec::new();
     let mut i = 0;
     loop {
