@@ -226,12 +226,25 @@ fn inline_command_split_across_writes() {
 
 // ---------------------------------------------------------------- redis-benchmark
 
-fn benchmark(s: &TestServer, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(harness::tool("redis-benchmark"))
+/// Runs redis-benchmark, asserts it succeeded without an error reply, and returns
+/// its stdout.
+fn benchmark(s: &TestServer, args: &[&str]) -> String {
+    let out = std::process::Command::new(harness::tool("redis-benchmark"))
         .args(["-h", "127.0.0.1", "-p", &s.port.to_string()])
         .args(args)
         .output()
-        .expect("run redis-benchmark")
+        .expect("run redis-benchmark");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "redis-benchmark failed:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        !stdout.contains("ERR") && !stderr.contains("ERR"),
+        "errors:\n{stdout}\n{stderr}"
+    );
+    stdout
 }
 
 /// Parses `--csv` output into (test, rps).
@@ -251,7 +264,7 @@ fn csv_rates(stdout: &str) -> Vec<(String, f64)> {
 #[test]
 fn redis_benchmark_pipelined_csv() {
     let s = TestServer::start();
-    let out = benchmark(
+    let stdout = benchmark(
         &s,
         &[
             "-t",
@@ -262,16 +275,6 @@ fn redis_benchmark_pipelined_csv() {
             "20000",
             "--csv",
         ],
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "redis-benchmark failed:\n{stdout}\n{stderr}"
-    );
-    assert!(
-        !stdout.contains("ERR") && !stderr.contains("ERR"),
-        "errors:\n{stdout}\n{stderr}"
     );
     let rates = csv_rates(&stdout);
     let names: Vec<&str> = rates.iter().map(|(n, _)| n.as_str()).collect();
@@ -297,21 +300,11 @@ fn redis_benchmark_pipelined_csv() {
 #[test]
 fn redis_benchmark_many_clients_unpipelined() {
     let s = TestServer::start();
-    let out = benchmark(
+    let stdout = benchmark(
         &s,
         &[
             "-t", "set,get", "-c", "50", "-P", "1", "-n", "5000", "-d", "100", "-q",
         ],
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "redis-benchmark failed:\n{stdout}\n{stderr}"
-    );
-    assert!(
-        !stdout.contains("ERR") && !stderr.contains("ERR"),
-        "errors:\n{stdout}\n{stderr}"
     );
     // -q prints progress lines ended by \r and one final line per test ended by \n.
     let finals: Vec<&str> = stdout
