@@ -538,11 +538,9 @@ fn output_buffer_limit_disconnects_a_client_that_does_not_read() {
     let n = info
         .lines()
         .find_map(|l| l.strip_prefix("client_output_buffer_limit_disconnections:"))
-        .map(|v| v.trim().parse::<u64>().unwrap());
-    // Redis 7.0 does not report this counter; relcache does.
-    if let Some(n) = n {
-        assert!(n >= 1, "client_output_buffer_limit_disconnections:{n}");
-    }
+        .map(|v| v.trim().parse::<u64>().unwrap())
+        .expect("INFO reports client_output_buffer_limit_disconnections");
+    assert!(n >= 1, "client_output_buffer_limit_disconnections:{n}");
 }
 
 #[test]
