@@ -520,6 +520,16 @@ fn client_kill_disconnects_others_and_keeps_the_killer() {
     );
     let mut third = Raw::new(&srv);
     third.call(&["PING"]);
+    // LADDR matches every client, so first let the connections that already hung up
+    // (the harness's readiness probe, the one killed above) finish unregistering.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while text(&killer.call(&["CLIENT", "LIST"])).lines().count() != 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "stale clients stay listed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let laddr = format!("127.0.0.1:{}", srv.port);
     assert_eq!(
         killer.wire(&["CLIENT", "KILL", "LADDR", &laddr, "USER", "default"]),
