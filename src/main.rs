@@ -58,6 +58,10 @@ struct Cli {
     /// Accepted for redis-server compatibility: must be `no`.
     #[arg(long)]
     appendonly: Option<String>,
+    /// How long a lease on a missing key lasts, in milliseconds, unless the
+    /// command asks for another time (default 10000).
+    #[arg(long)]
+    lease_timeout: Option<u64>,
     /// Worker threads serving clients (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
@@ -80,7 +84,7 @@ fn main() -> anyhow::Result<()> {
         *config.config_file.write() =
             Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()));
     }
-    let flags: [(&str, Option<String>); 13] = [
+    let flags: [(&str, Option<String>); 14] = [
         ("port", cli.port.map(|p| p.to_string())),
         ("bind", cli.bind),
         ("requirepass", cli.requirepass),
@@ -94,6 +98,7 @@ fn main() -> anyhow::Result<()> {
         ("loglevel", cli.loglevel),
         ("save", cli.save),
         ("appendonly", cli.appendonly),
+        ("lease-timeout", cli.lease_timeout.map(|v| v.to_string())),
     ];
     for (name, value) in flags {
         if let Some(v) = value {

@@ -54,6 +54,9 @@ pub struct Config {
     pub loglevel: RwLock<String>,
     pub tcp_keepalive: AtomicU64,
     pub lazyfree_lazy_user_del: AtomicBool,
+    /// How long a lease on a missing key lasts unless its command says (ms): the
+    /// longest a crashed filler can make others wait.
+    pub lease_timeout: AtomicU64,
     /// The config file the server was started with (INFO `config_file`, CONFIG
     /// REWRITE); `None` when there was none.
     pub config_file: RwLock<Option<std::path::PathBuf>>,
@@ -81,6 +84,7 @@ impl Default for Config {
             loglevel: RwLock::new("notice".into()),
             tcp_keepalive: AtomicU64::new(300),
             lazyfree_lazy_user_del: AtomicBool::new(false),
+            lease_timeout: AtomicU64::new(10_000),
             config_file: RwLock::new(None),
         }
     }
@@ -315,6 +319,12 @@ pub static PARAMS: &[Param] = &[
         mutable: true,
         get: |c| get_u(&c.tcp_keepalive),
         set: |c, v| set_u(&c.tcp_keepalive, v, 0, i32::MAX as u64),
+    },
+    Param {
+        name: "lease-timeout",
+        mutable: true,
+        get: |c| get_u(&c.lease_timeout),
+        set: |c, v| set_u(&c.lease_timeout, v, 1, i32::MAX as u64),
     },
     Param {
         name: "lazyfree-lazy-user-del",

@@ -47,6 +47,9 @@ pub async fn serve(server: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>
         Closed::Io(e) => tracing::debug!(client = info.id, error = %e, "connection error"),
         Closed::Limit(why) => tracing::warn!(client = info.id, addr = %info.addr, "{why}"),
     }
+    if info.blocked.load(Relaxed) {
+        server.stats.blocked_clients.add(-1);
+    }
     cmd::discard_session_state(&server, &mut session);
     server.clients.unregister(info.id);
 }
@@ -73,13 +76,28 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
     let killed = info.kill.cancelled();
     tokio::pin!(killed);
 
+    // A blocking command waiting for its key; requests behind it wait with it, so
+    // replies stay in order.
+    let mut parked: Option<Parked> = None;
+
     loop {
-        // 1. Execute every complete request in the buffer.
+        // 1. Run the parked command again if it was woken or its time is up, then
+        // every complete request in the buffer.
+        if let Some(p) = parked.take_if(|p| p.due()) {
+            session.resumed = Some(p.block.deadline);
+            cmd::dispatch(server, session, &p.args, &mut wbuf);
+            session.resumed = None;
+            parked = park(server, session, p.args);
+        }
         decoder.set_limits(limits(server));
-        while !closing {
+        while !closing && parked.is_none() {
             match decoder.decode(&mut rbuf, &mut args) {
                 Ok(true) => {
                     cmd::dispatch(server, session, &args, &mut wbuf);
+                    if session.block.is_some() {
+                        parked = park(server, session, std::mem::take(&mut args));
+                        break;
+                    }
                     args.clear();
                     closing = session.close_after_reply;
                     if wbuf.len() >= EAGER_FLUSH {
@@ -120,14 +138,19 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
         }
 
         // 3. Wait for input, for the socket to drain, or for a reason to stop.
+        // A blocked client is not idle: Redis exempts it from `timeout` too.
         let timeout = config.timeout.load(Relaxed);
-        let idle_deadline = (timeout > 0).then(|| last_input + Duration::from_secs(timeout));
+        let idle_deadline =
+            (timeout > 0 && parked.is_none()).then(|| last_input + Duration::from_secs(timeout));
         let soft_deadline =
             over_soft_since.map(|t| t + Duration::from_secs(config.output_limit().soft_seconds));
-        let deadline = match (idle_deadline, soft_deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let recheck = parked
+            .as_ref()
+            .map(|p| Instant::from_std(p.block.recheck_at));
+        let deadline = [idle_deadline, soft_deadline, recheck]
+            .into_iter()
+            .flatten()
+            .min();
         let want_read = !closing;
         let want_write = !wbuf.is_empty();
         tokio::select! {
@@ -137,6 +160,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                 let _ = try_write(server, stream, &mut wbuf);
                 return Closed::Normal;
             }
+            _ = woken(&mut parked) => {}
             r = stream.writable(), if want_write => {
                 if let Err(e) = r { return Closed::Io(e) }
             }
@@ -161,9 +185,51 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                     tracing::debug!(client = info.id, "closing idle client");
                     return Closed::Normal;
                 }
-                // Soft output limit: re-checked at the top of the loop.
+                // Soft output limit and parked commands: re-checked at the top of
+                // the loop.
             }
         }
+    }
+}
+
+/// A blocking command waiting to run again.
+struct Parked {
+    args: Vec<bytes::Bytes>,
+    block: crate::session::Block,
+    woken: bool,
+}
+
+impl Parked {
+    fn due(&self) -> bool {
+        self.woken || std::time::Instant::now() >= self.block.recheck_at
+    }
+}
+
+/// Parks the command just dispatched if it asked to block; accounts for it.
+fn park(server: &Server, session: &mut Session, args: Vec<bytes::Bytes>) -> Option<Parked> {
+    let was = session.info.blocked.load(Relaxed);
+    let parked = session.block.take().map(|block| Parked {
+        args,
+        block,
+        woken: false,
+    });
+    let now = parked.is_some();
+    if was != now {
+        session.info.blocked.store(now, Relaxed);
+        server.stats.blocked_clients.add(if now { 1 } else { -1 });
+    }
+    parked
+}
+
+/// Resolves when the parked command's wake signal fires; never without one.
+async fn woken(parked: &mut Option<Parked>) {
+    match parked {
+        Some(p) if !p.woken => {
+            // An error means the sender is gone: the lease ended, which is a wake-up too.
+            let _ = p.block.wake.changed().await;
+            p.woken = true;
+        }
+        _ => std::future::pending().await,
     }
 }
 

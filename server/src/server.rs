@@ -187,7 +187,7 @@ async fn accept_loop(listener: TcpListener, server: Arc<Server>, tracker: TaskTr
     }
 }
 
-/// The background loop: active expiry, `hz` times a second, on its own thread so a
+/// The background loop: active expiry, forgetting lapsed leases, `hz` times a second, on its own thread so a
 /// sweep never occupies a runtime worker that serves clients.
 fn cron(server: &Server) {
     while !server.shutdown.is_cancelled() {
@@ -201,6 +201,8 @@ fn cron(server: &Server) {
         if removed > 0 {
             server.stats.expired_keys.add(removed);
         }
+        let lapsed = server.db.sweep_leases();
+        server.stats.lease_lapses.add(lapsed as u64);
         std::thread::sleep(period);
     }
 }

@@ -32,6 +32,8 @@ pub struct ClientInfo {
     pub multi: AtomicU64,
     pub qbuf: AtomicU64,
     pub obuf: AtomicU64,
+    /// Parked in a blocking command (the `b` flag of CLIENT LIST).
+    pub blocked: std::sync::atomic::AtomicBool,
     /// Cancelled by CLIENT KILL (and by shutdown, as a child of the server token).
     pub kill: CancellationToken,
 }
@@ -53,7 +55,11 @@ impl ClientInfo {
         };
         let multi = self.multi.load(Relaxed);
         let multi = if multi == u64::MAX { -1 } else { multi as i64 };
-        let flags = if multi >= 0 { "x" } else { "N" };
+        let flags = match (multi >= 0, self.blocked.load(Relaxed)) {
+            (_, true) => "b",
+            (true, false) => "x",
+            (false, false) => "N",
+        };
         format!(
             "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={flags} db=0 sub=0 psub=0 ssub=0 multi={multi} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
             self.id,
@@ -110,6 +116,7 @@ impl Clients {
             multi: AtomicU64::new(u64::MAX),
             qbuf: AtomicU64::new(0),
             obuf: AtomicU64::new(0),
+            blocked: std::sync::atomic::AtomicBool::new(false),
             kill: parent.child_token(),
         });
         map.insert(id, info.clone());
@@ -158,6 +165,24 @@ pub struct Session {
     /// Send no reply for the command just run (SHUTDOWN: Redis closes the connection
     /// without answering, and clients such as redis-py treat a reply as a failure).
     pub no_reply: bool,
+    /// Set by a blocking command that has to wait (another caller holds the lease
+    /// on its key): the connection parks the command, answers nothing for it yet,
+    /// and runs it again when [`Block::wake`] fires or [`Block::recheck_at`] passes.
+    pub block: Option<Block>,
+    /// While a parked command runs again: the deadline it was first parked with, so
+    /// waking up never extends its wait.
+    pub resumed: Option<Instant>,
+}
+
+/// Why and until when a parked command waits.
+pub struct Block {
+    /// Fires (value or sender dropped) when whatever the command waits for changes.
+    pub wake: tokio::sync::watch::Receiver<()>,
+    /// When to run the command again even if nothing woke it: a lapsing lease sends
+    /// no signal.
+    pub recheck_at: Instant,
+    /// When the command stops waiting and answers that it timed out.
+    pub deadline: Instant,
 }
 
 impl Session {
@@ -171,6 +196,8 @@ impl Session {
             watched: Vec::new(),
             close_after_reply: false,
             no_reply: false,
+            block: None,
+            resumed: None,
         }
     }
 

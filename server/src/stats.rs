@@ -113,6 +113,23 @@ pub struct Stats {
     pub total_error_replies: Counter,
     pub client_output_buffer_limit_disconnections: Counter,
     pub client_query_buffer_limit_disconnections: Counter,
+    /// Leases granted on missing keys.
+    pub lease_grants: Counter,
+    /// Calls parked because another caller held the key's lease.
+    pub lease_waits: Counter,
+    /// Calls answered "busy": a lease was out and waiting was not asked for, or
+    /// timed out.
+    pub lease_busy: Counter,
+    pub lease_fills: Counter,
+    /// Fills refused: their lease was revoked, had lapsed, or was never granted.
+    pub lease_fills_refused: Counter,
+    /// Leases revoked by a write to their key.
+    pub lease_revocations: Counter,
+    pub lease_releases: Counter,
+    /// Leases that lapsed and were replaced or swept.
+    pub lease_lapses: Counter,
+    /// Connections parked in a blocking command right now (a gauge).
+    pub blocked_clients: Gauge,
 }
 
 impl Stats {
@@ -131,6 +148,14 @@ impl Stats {
             &self.total_error_replies,
             &self.client_output_buffer_limit_disconnections,
             &self.client_query_buffer_limit_disconnections,
+            &self.lease_grants,
+            &self.lease_waits,
+            &self.lease_busy,
+            &self.lease_fills,
+            &self.lease_fills_refused,
+            &self.lease_revocations,
+            &self.lease_releases,
+            &self.lease_lapses,
         ] {
             c.reset();
         }

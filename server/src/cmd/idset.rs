@@ -20,6 +20,7 @@ use relcache_protocol::idset::{self, Builder, TableRef};
 use relcache_protocol::resp::Frame;
 
 use super::ids::{id_frame, parse_id, parse_ids};
+use super::lease::{self, LeaseOpts};
 use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, Ctx};
 use crate::db::{IdSet, Value};
@@ -65,12 +66,12 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
     },
     CommandSpec {
         name: "idset.mexistsbin",
-        arity: 3,
-        flags: ONE_KEY_READ,
+        arity: -3,
+        flags: ONE_KEY_READ | spec::BLOCKING,
         keys: Keys::ONE,
         group: Group::Idset,
         since: "0.1.0",
-        summary: "Membership of packed little-endian u64 ids, as a bitmap (bit i of byte i/8, LSB first); nil if the key is missing.",
+        summary: "Membership of packed little-endian u64 ids, as a bitmap (bit i of byte i/8, LSB first); nil if the key is missing. With LEASE, a miss asks for the lease to fill the key (see IDSET.LEASE).",
         complexity: "O(N) with N the number of ids",
         handler: mexistsbin,
         ..CommandSpec::DEFAULT
@@ -180,10 +181,11 @@ fn unpack(blob: &[u8]) -> Result<Vec<u64>, CmdError> {
         .collect())
 }
 
-/// IDSET.LOAD key [EX seconds | PX milliseconds] [RESERVE n] (TABLE blob | PACKED blob | IDS id …)
+/// IDSET.LOAD key [EX seconds | PX milliseconds] [RESERVE n] [LEASE token] (TABLE blob | PACKED blob | IDS id …)
 fn load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let mut expire_ms: Option<i64> = None;
     let mut reserve = 0usize;
+    let mut lease_token = None;
     let mut i = 2;
     let set = loop {
         let Some(opt) = args.get(i) else {
@@ -208,6 +210,9 @@ fn load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         } else if eq_ic(opt, "RESERVE") {
             reserve = usize::try_from(parse_i64(value)?).map_err(|_| CmdError::NotInteger)?;
             i += 2;
+        } else if eq_ic(opt, "LEASE") {
+            lease_token = Some(lease::parse_token(value)?);
+            i += 2;
         } else if eq_ic(opt, "TABLE") {
             if args.len() != i + 2 {
                 return Err(CmdError::Syntax);
@@ -229,9 +234,24 @@ fn load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         }
     };
     let len = set.len();
-    let v = ctx.view();
+    let key = &args[1];
+    let v = match lease_token {
+        None => ctx.view(),
+        Some(token) => {
+            // A fill: stored only while its lease is out, which also means the key is
+            // still missing and nobody wrote it since the filler read the database.
+            let stats = &ctx.server.stats;
+            let v = ctx.view_keeping_leases();
+            if !v.end_lease(key, token) {
+                stats.lease_fills_refused.incr();
+                return Ok(Frame::Null);
+            }
+            stats.lease_fills.incr();
+            v
+        }
+    };
     let expire_at = expire_ms.map_or(0, |ms| v.now_ms().saturating_add(ms as u64));
-    v.insert(&args[1], Value::IdSet(set), expire_at);
+    v.insert(key, Value::IdSet(set), expire_at);
     Ok(Frame::Integer(len as i64))
 }
 
@@ -265,18 +285,38 @@ fn mexists(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     ))
 }
 
+/// IDSET.MEXISTSBIN key packed-ids [LEASE [PX ms] [BLOCK ms]]
 fn mexistsbin(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let packed = &args[2];
+    let (key, packed) = (&args[1], &args[2]);
     if !packed.len().is_multiple_of(8) {
         unpack(packed)?;
     }
-    let n = packed.len() / 8;
-    let mut bitmap = vec![0u8; n.div_ceil(8)];
-    let v = ctx.view();
-    let Some(e) = v.get(&args[1]) else {
+    let lease = match args.get(3) {
+        None => None,
+        Some(opt) if eq_ic(opt, "LEASE") => Some(LeaseOpts::parse(ctx, &args[4..])?),
+        Some(_) => return Err(CmdError::Syntax),
+    };
+    if let Some(e) = ctx.view().get(key) {
+        return bitmap(e.value().as_idset()?.table(), packed);
+    }
+    let Some(opts) = lease else {
         return Ok(Frame::Null);
     };
-    let table = e.value().as_idset()?.table();
+    // A miss that asks for a lease: look again under exclusive locks, since the key
+    // may have been filled while the shared ones were let go.
+    if !ctx.lock_exclusive() {
+        return Ok(Frame::Null);
+    }
+    if let Some(e) = ctx.view().get(key) {
+        return bitmap(e.value().as_idset()?.table(), packed);
+    }
+    lease::on_miss(ctx, key, opts)
+}
+
+/// Bit i (byte i/8, least significant bit first) says whether the i-th packed id
+/// is in `table`.
+fn bitmap(table: TableRef<'_>, packed: &[u8]) -> CmdResult {
+    let mut bitmap = vec![0u8; (packed.len() / 8).div_ceil(8)];
     for (i, chunk) in packed.chunks_exact(8).enumerate() {
         let id = u64::from_le_bytes(chunk.try_into().expect("chunks of 8"));
         if table.contains(id) {

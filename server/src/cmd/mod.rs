@@ -14,6 +14,7 @@ pub mod ids;
 mod idset;
 mod introspect;
 mod keys;
+mod lease;
 mod server;
 mod sets;
 mod strings;
@@ -35,12 +36,13 @@ use crate::session::Session;
 pub use spec::{CommandSpec, Group, Keys};
 
 /// Every top-level command family's table.
-fn families() -> [&'static [CommandSpec]; 8] {
+fn families() -> [&'static [CommandSpec]; 9] {
     [
         connection::COMMANDS,
         idset::COMMANDS,
         introspect::COMMANDS,
         keys::COMMANDS,
+        lease::COMMANDS,
         server::COMMANDS,
         sets::COMMANDS,
         strings::COMMANDS,
@@ -123,11 +125,19 @@ pub struct Ctx<'a, 'v> {
     pub spec: &'static CommandSpec,
     args: &'v [Bytes],
     view: ViewSlot<'a, 'v>,
+    /// Set for write commands until their first view has revoked their keys' leases.
+    revoke_leases: bool,
 }
 
 impl<'a, 'v> Ctx<'a, 'v> {
     /// The locked keyspace for this command's keys, locked on first use so a handler
     /// can parse and validate its arguments before taking any lock.
+    ///
+    /// A write command's first view also revokes the leases out on its keys (see
+    /// `db::lease`): whatever a filler read from the database before this write may
+    /// no longer be true, so its fill must be refused. Every write counts, even one
+    /// that finds the key missing and changes nothing (`IDSET.ADD … XX`): that is
+    /// exactly the write-through of a change the filler may have missed.
     pub fn view(&mut self) -> &mut View<'a> {
         if matches!(self.view, ViewSlot::Unlocked) {
             let mode = if self.spec.has(spec::WRITE) || self.spec.has(spec::LOCK_WRITE) {
@@ -136,31 +146,53 @@ impl<'a, 'v> Ctx<'a, 'v> {
                 LockMode::Read
             };
             let db = &self.server.db;
-            let args = self.args;
-            let v = match self.spec.keys {
-                // The common shapes, without collecting key positions first.
-                Keys::Range { first, last, step } if last < 0 || last >= first => {
-                    let end = if last < 0 {
-                        args.len() as i64 + last as i64
-                    } else {
-                        last as i64
-                    };
-                    let keys = (first as i64..=end.min(args.len() as i64 - 1))
-                        .step_by(step.max(1) as usize)
-                        .map(|i| &args[i as usize][..]);
-                    db.view_of(keys, mode)
-                }
-                _ => match self.spec.key_indices(args) {
-                    None => db.view::<&[u8]>(&[], true, mode),
-                    Some(idx) => db.view_of(idx.iter().map(|&i| &args[i][..]), mode),
-                },
+            let v = match command_keys(self.spec, self.args) {
+                Some(keys) => db.view_of(keys.iter().copied(), mode),
+                None => db.view::<&[u8]>(&[], true, mode),
             };
             self.view = ViewSlot::Own(v);
         }
-        match &mut self.view {
+        let v = match &mut self.view {
             ViewSlot::Own(v) => v,
             ViewSlot::Exec(v) => v,
             ViewSlot::Unlocked => unreachable!(),
+        };
+        if std::mem::take(&mut self.revoke_leases) && v.db().leases_out() > 0 {
+            let revoked = match command_keys(self.spec, self.args) {
+                Some(keys) => v.revoke_leases(keys.iter().copied()),
+                None => v.revoke_all_leases(),
+            };
+            self.server.stats.lease_revocations.add(revoked as u64);
+        }
+        v
+    }
+
+    /// [`view`](Self::view) for a fill carrying a lease token: the fill ends its own
+    /// lease (or is refused), so it must not revoke it on the way in.
+    pub fn view_keeping_leases(&mut self) -> &mut View<'a> {
+        self.revoke_leases = false;
+        self.view()
+    }
+
+    /// Re-takes this command's locks exclusively: a read that turns out to need a
+    /// write (granting a lease on a key it missed). The locks are released in
+    /// between, so the caller must look again at what it saw. Returns false inside
+    /// EXEC when the transaction holds its shards shared.
+    pub fn lock_exclusive(&mut self) -> bool {
+        let server: &'a Server = self.server;
+        let db = &server.db;
+        match &mut self.view {
+            ViewSlot::Exec(v) => v.mode() == LockMode::Write,
+            ViewSlot::Own(v) if v.mode() == LockMode::Write => true,
+            _ => {
+                self.release_view();
+                let v = match command_keys(self.spec, self.args) {
+                    Some(keys) => db.view_of(keys.iter().copied(), LockMode::Write),
+                    None => db.view::<&[u8]>(&[], true, LockMode::Write),
+                };
+                self.view = ViewSlot::Own(v);
+                true
+            }
         }
     }
 
@@ -196,7 +228,8 @@ impl<'a, 'v> Ctx<'a, 'v> {
 /// Runs one request and appends its reply to `out`.
 pub fn dispatch(server: &Server, session: &mut Session, args: &[Bytes], out: &mut bytes::BytesMut) {
     let reply = execute(server, session, args);
-    if std::mem::take(&mut session.no_reply) {
+    // A parked command answers when it runs again.
+    if session.block.is_some() || std::mem::take(&mut session.no_reply) {
         return;
     }
     if reply.is_error() {
@@ -301,6 +334,33 @@ fn unknown_command(args: &[Bytes]) -> CmdError {
     CmdError::Err(msg)
 }
 
+/// The keys of a command, in argument order; `None` for the whole keyspace. Held
+/// inline for the handful of keys nearly every command has.
+fn command_keys<'x>(
+    spec: &CommandSpec,
+    args: &'x [Bytes],
+) -> Option<smallvec::SmallVec<[&'x [u8]; 4]>> {
+    match spec.keys {
+        // The common shape, without collecting key positions first.
+        Keys::Range { first, last, step } if last < 0 || last >= first => {
+            let end = if last < 0 {
+                args.len() as i64 + last as i64
+            } else {
+                last as i64
+            };
+            Some(
+                (first as i64..=end.min(args.len() as i64 - 1))
+                    .step_by(step.max(1) as usize)
+                    .map(|i| &args[i as usize][..])
+                    .collect(),
+            )
+        }
+        _ => spec
+            .key_indices(args)
+            .map(|idx| idx.iter().map(|&i| &args[i][..]).collect()),
+    }
+}
+
 /// Runs a resolved command; `exec_view` is the transaction's view inside EXEC.
 pub(crate) fn run<'a, 'v>(
     server: &'a Server,
@@ -324,6 +384,7 @@ pub(crate) fn run<'a, 'v>(
             Some(v) => ViewSlot::Exec(v),
             None => ViewSlot::Unlocked,
         },
+        revoke_leases: spec.has(spec::WRITE),
     };
     let result = (spec.handler)(&mut ctx, args);
     // Dropping the context releases this command's locks before any stats work.

@@ -380,12 +380,13 @@ enum Section {
     Cluster,
     Keyspace,
     Idsets,
+    Leases,
 }
 
 /// Every section in Redis's output order: (section, name as selected, header,
 /// part of the default set). The reply follows this order whatever order the
 /// client asked in.
-const SECTIONS: [(Section, &str, &str, bool); 14] = [
+const SECTIONS: [(Section, &str, &str, bool); 15] = [
     (Section::Server, "server", "Server", true),
     (Section::Clients, "clients", "Clients", true),
     (Section::Memory, "memory", "Memory", true),
@@ -400,6 +401,7 @@ const SECTIONS: [(Section, &str, &str, bool); 14] = [
     (Section::Cluster, "cluster", "Cluster", true),
     (Section::Keyspace, "keyspace", "Keyspace", true),
     (Section::Idsets, "idsets", "Idsets", true),
+    (Section::Leases, "leases", "Leases", true),
 ];
 
 /// Which sections `INFO args…` selects. Unknown names select nothing (Redis
@@ -454,6 +456,7 @@ fn info(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
                 }
             }
             Section::Idsets => info_idsets(&mut out),
+            Section::Leases => info_leases(ctx.server, &mut out),
             // No modules; per-error-code and latency-percentile tables are not kept.
             Section::Modules | Section::Errorstats | Section::Latencystats => {}
         }
@@ -462,6 +465,20 @@ fn info(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         format: *b"txt",
         text: Bytes::from(out),
     })
+}
+
+/// relcache's own section: the read-through leases (see `db::lease`).
+fn info_leases(server: &Server, out: &mut String) {
+    let s = &server.stats;
+    field(out, "leases_out", server.db.leases_out());
+    field(out, "lease_grants", s.lease_grants.get());
+    field(out, "lease_waits", s.lease_waits.get());
+    field(out, "lease_busy", s.lease_busy.get());
+    field(out, "lease_fills", s.lease_fills.get());
+    field(out, "lease_fills_refused", s.lease_fills_refused.get());
+    field(out, "lease_revocations", s.lease_revocations.get());
+    field(out, "lease_releases", s.lease_releases.get());
+    field(out, "lease_lapses", s.lease_lapses.get());
 }
 
 /// relcache's own section: the idset tables, from totals kept as they change.
@@ -564,7 +581,7 @@ fn info_clients(server: &Server, out: &mut String) {
     field(out, "maxclients", server.config.maxclients.load(Relaxed));
     field(out, "client_recent_max_input_buffer", 0);
     field(out, "client_recent_max_output_buffer", 0);
-    field(out, "blocked_clients", 0);
+    field(out, "blocked_clients", server.stats.blocked_clients.get());
     field(out, "tracking_clients", 0);
     field(out, "pubsub_clients", 0);
     field(out, "watching_clients", 0);
@@ -1285,7 +1302,7 @@ mod tests {
 
     #[test]
     fn section_selection() {
-        let names = |w: [bool; 14]| {
+        let names = |w: [bool; SECTIONS.len()]| {
             SECTIONS
                 .iter()
                 .zip(w)
@@ -1296,7 +1313,10 @@ mod tests {
         let default = names(selected_sections(&[]));
         assert!(default.contains(&"keyspace") && !default.contains(&"commandstats"));
         assert_eq!(names(selected_sections(&args(&["default"]))), default);
-        assert_eq!(names(selected_sections(&args(&["ALL"]))).len(), 14);
+        assert_eq!(
+            names(selected_sections(&args(&["ALL"]))).len(),
+            SECTIONS.len()
+        );
         assert_eq!(
             names(selected_sections(&args(&["keyspace", "CPU"]))),
             ["cpu", "keyspace"]

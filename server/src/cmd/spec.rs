@@ -26,6 +26,7 @@ pub const NO_MULTI: u32 = 1 << 9;
 pub const ALLOW_BUSY: u32 = 1 << 10;
 pub const SKIP_SLOWLOG: u32 = 1 << 11;
 pub const MOVABLE_KEYS: u32 = 1 << 12;
+pub const BLOCKING: u32 = 1 << 13;
 /// Internal, not reported: lock the key's shards exclusively although the command
 /// does not write data (WATCH registers itself in the shard).
 pub const LOCK_WRITE: u32 = 1 << 31;
@@ -44,6 +45,7 @@ const FLAG_NAMES: &[(u32, &str)] = &[
     (ALLOW_BUSY, "allow_busy"),
     (SKIP_SLOWLOG, "skip_slowlog"),
     (MOVABLE_KEYS, "movablekeys"),
+    (BLOCKING, "blocking"),
 ];
 
 /// Where a command's keys are among its arguments.

@@ -16,6 +16,7 @@ pub mod evict;
 pub mod expire;
 mod idset;
 mod key;
+mod lease;
 mod shard;
 mod view;
 
@@ -28,6 +29,7 @@ use parking_lot::RwLock;
 pub use entry::{Entry, Value};
 pub use idset::{IdSet, TOTALS as IDSET_TOTALS};
 pub use key::Key;
+pub use lease::LeaseState;
 pub use shard::{Lookup, ShardMap, WatchFlag};
 pub use view::{LockMode, View};
 
@@ -45,6 +47,10 @@ pub struct Shard {
 pub struct Db {
     shards: Box<[Shard]>,
     hasher: RandomState,
+    /// Leases out across all shards: zero almost always, which lets a write skip
+    /// looking for leases to revoke with one load.
+    leases_out: AtomicUsize,
+    lease_tokens: lease::Tokens,
 }
 
 impl Default for Db {
@@ -70,6 +76,8 @@ impl Db {
                 0xa409_3822_299f_31d0,
                 0x082e_fa98_ec4e_6c89,
             ),
+            leases_out: AtomicUsize::new(0),
+            lease_tokens: lease::Tokens::new(now_ms()),
         }
     }
 
@@ -98,6 +106,31 @@ impl Db {
             .iter()
             .map(|s| s.map.read().volatile_len())
             .sum()
+    }
+
+    /// Number of leases out (lapsed ones included until swept).
+    pub fn leases_out(&self) -> usize {
+        self.leases_out.load(Relaxed)
+    }
+
+    /// Forgets lapsed leases, skipping shards another thread holds; returns how
+    /// many were forgotten. For the cron: a lease nobody asks about again would
+    /// otherwise stay in memory.
+    pub fn sweep_leases(&self) -> usize {
+        if self.leases_out() == 0 {
+            return 0;
+        }
+        let now = now_ms();
+        let mut swept = 0;
+        for shard in self.shards.iter() {
+            if let Some(mut map) = shard.map.try_write() {
+                if !map.leases.is_empty() {
+                    swept += map.leases.sweep(now);
+                }
+            }
+        }
+        self.leases_out.fetch_sub(swept, Relaxed);
+        swept
     }
 
     /// The current LRU clock: Unix milliseconds, truncated to 32 bits. Entries store

@@ -13,6 +13,7 @@ use indexmap::{IndexMap, IndexSet};
 
 use super::entry::{Entry, Value};
 use super::key::Key;
+use super::lease::Leases;
 
 /// What a WATCHing connection shares with the shards: set when a watched key changes.
 pub type WatchFlag = Arc<AtomicBool>;
@@ -26,6 +27,8 @@ pub struct ShardMap {
     volatile: IndexSet<Key, RandomState>,
     /// Keys some connection WATCHes, and the flags to raise when they change.
     watched: ahash::HashMap<Bytes, Vec<WatchFlag>>,
+    /// Leases out on missing keys of this shard (see `db::lease`).
+    pub(super) leases: Leases,
 }
 
 impl ShardMap {

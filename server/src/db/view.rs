@@ -10,7 +10,9 @@ use std::cell::Cell;
 use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
 use smallvec::SmallVec;
 
-use super::{now_ms, Db, Entry, Lookup, ShardMap, Value};
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::{now_ms, Db, Entry, LeaseState, Lookup, ShardMap, Value};
 
 /// Whether a view's shards are locked shared (reads) or exclusive (writes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,6 +34,7 @@ pub struct View<'a> {
     db: &'a Db,
     /// (shard index, guard), sorted by shard index.
     guards: Guards<'a>,
+    mode: LockMode,
     now_ms: u64,
     lru: u32,
     /// Keys removed because they had expired; the caller adds them to the stats.
@@ -58,12 +61,18 @@ impl<'a> View<'a> {
         View {
             db,
             guards,
+            mode,
             now_ms: now,
             lru: now as u32,
             expired: 0,
             hits: Cell::new(0),
             misses: Cell::new(0),
         }
+    }
+
+    /// Whether the shards are locked shared or exclusive.
+    pub fn mode(&self) -> LockMode {
+        self.mode
     }
 
     /// The time the command runs at, in Unix ms.
@@ -215,6 +224,70 @@ impl<'a> View<'a> {
             }
         }
         n
+    }
+
+    /// The lease on missing `key` (see `db::lease`).
+    pub fn lease_state(&self, key: &[u8]) -> LeaseState {
+        self.shard(key).leases.state(key, self.now_ms)
+    }
+
+    /// Grants a lease on `key` for `ttl_ms` and returns its token. Returns as well
+    /// whether it replaced a lapsed lease.
+    pub fn grant_lease(&mut self, key: &[u8], ttl_ms: u64) -> (u64, bool) {
+        let db = self.db;
+        let token = db.lease_tokens.next();
+        let expires_at = self.now_ms.saturating_add(ttl_ms);
+        let replaced = self.shard_mut(key).0.leases.grant(key, token, expires_at);
+        if !replaced {
+            db.leases_out.fetch_add(1, Relaxed);
+        }
+        (token, replaced)
+    }
+
+    /// Ends the live lease on `key` if `token` is its token (a fill or a release by
+    /// the holder), waking whoever waits on it.
+    pub fn end_lease(&mut self, key: &[u8], token: u64) -> bool {
+        let (db, now) = (self.db, self.now_ms);
+        let ended = self.shard_mut(key).0.leases.end(key, token, now);
+        if ended {
+            db.leases_out.fetch_sub(1, Relaxed);
+        }
+        ended
+    }
+
+    /// Revokes the leases on `keys` (a client wrote them), waking their waiters.
+    /// Returns how many were revoked. Costs one atomic load when no lease is out
+    /// anywhere, which is nearly always.
+    pub fn revoke_leases<'k>(&mut self, keys: impl Iterator<Item = &'k [u8]>) -> usize {
+        let db = self.db;
+        if db.leases_out.load(Relaxed) == 0 {
+            return 0;
+        }
+        let mut revoked = 0;
+        for key in keys {
+            let (map, _) = shard_mut_of(db, &mut self.guards, key);
+            if !map.leases.is_empty() && map.leases.revoke(key) {
+                revoked += 1;
+            }
+        }
+        db.leases_out.fetch_sub(revoked, Relaxed);
+        revoked
+    }
+
+    /// Revokes every lease in the locked shards (FLUSHALL).
+    pub fn revoke_all_leases(&mut self) -> usize {
+        let db = self.db;
+        if db.leases_out.load(Relaxed) == 0 {
+            return 0;
+        }
+        let mut revoked = 0;
+        for (_, g) in &mut self.guards {
+            if let Guard::Write(g) = g {
+                revoked += g.leases.revoke_all();
+            }
+        }
+        db.leases_out.fetch_sub(revoked, Relaxed);
+        revoked
     }
 
     /// Registers a WATCH of `key` (needs a write-locked view).
