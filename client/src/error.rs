@@ -4,9 +4,11 @@ use relcache_protocol::resp::ProtocolError;
 
 /// What can go wrong on a call.
 ///
-/// Only [`Error::Server`] leaves the connection usable: after any other error the
-/// [`Client`](crate::Client) answers every call with [`Error::Closed`], and the
-/// caller should connect again ([`is_connection_lost`](Self::is_connection_lost)).
+/// Only [`Error::Server`] and [`Error::UnexpectedReply`] leave the connection usable:
+/// after any other error the [`Client`](crate::Client) answers every call with
+/// [`Error::Closed`], and the caller should connect again
+/// ([`is_connection_lost`](Self::is_connection_lost)); a [`Pool`](crate::Pool) does
+/// that by itself on the next call.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -28,6 +30,18 @@ pub enum Error {
     /// without a reply. Nothing was sent.
     #[error("a command needs at least one argument, its name")]
     EmptyCommand,
+    /// A [`Pool`](crate::Pool) call did not finish in time: no free connection or no
+    /// connection within the connect timeout, or no reply within the command
+    /// timeout. A reply may still be on its way, so the connection is out of step
+    /// and was discarded; the command may or may not have run.
+    #[error("timed out")]
+    Timeout,
+    /// The reply was well-formed RESP but not a shape the typed command can answer
+    /// with (a server that does not implement the command as documented, or a
+    /// different server altogether). The reply was read whole, so the connection
+    /// stays usable.
+    #[error("unexpected reply: {0}")]
+    UnexpectedReply(String),
 }
 
 impl Error {
@@ -51,10 +65,24 @@ impl Error {
         matches!(self, Error::Closed)
     }
 
+    /// Whether a call timed out (see [`Error::Timeout`]).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout)
+    }
+
+    /// Whether the reply had a shape the typed command did not expect.
+    pub fn is_unexpected_reply(&self) -> bool {
+        matches!(self, Error::UnexpectedReply(_))
+    }
+
     /// Whether the connection is gone and the caller must connect again: true for
-    /// I/O and protocol errors and a closed connection.
+    /// I/O and protocol errors, a closed connection, and a timeout (which leaves
+    /// the connection out of step).
     pub fn is_connection_lost(&self) -> bool {
-        matches!(self, Error::Io(_) | Error::Protocol(_) | Error::Closed)
+        matches!(
+            self,
+            Error::Io(_) | Error::Protocol(_) | Error::Closed | Error::Timeout
+        )
     }
 
     /// The code of a server error, its first word: `ERR`, `WRONGTYPE`, `NOPROTO`, …
@@ -84,5 +112,12 @@ mod tests {
         assert_eq!(protocol.to_string(), "Protocol error: invalid bulk length");
         assert!(Error::Closed.is_closed() && Error::Closed.is_connection_lost());
         assert!(!Error::EmptyCommand.is_connection_lost());
+        assert!(Error::Timeout.is_timeout() && Error::Timeout.is_connection_lost());
+        let odd = Error::UnexpectedReply("integer -1 to IDSET.CARD".into());
+        assert!(odd.is_unexpected_reply() && !odd.is_connection_lost());
+        assert_eq!(
+            odd.to_string(),
+            "unexpected reply: integer -1 to IDSET.CARD"
+        );
     }
 }

@@ -6,10 +6,17 @@
 //! [`Frame`]s, parsed incrementally (a reply arriving over many reads is parsed once)
 //! and within [`Limits`].
 //!
-//! This is deliberately small. It has no connection pool, no reconnection, no
-//! cluster routing and no pub/sub: RESP3 push frames (`>`) are out-of-band data and
-//! are dropped. To use one connection from several tasks, put the client behind a
-//! `tokio::sync::Mutex`, or open one per task.
+//! On top of that:
+//! - [`Cmd`] is a typed command: its arguments and how to read its reply, so the
+//!   IDSET family answers `Option<bool>` or `Vec<u64>` instead of frames, on a
+//!   [`Client`] or a [`Pool`], alone or pipelined. [`build_table`] builds the table
+//!   that `IDSET.LOAD … TABLE` stores.
+//! - [`Pool`] shares a bounded set of connections between tasks, with connect and
+//!   command timeouts; a connection that fails or times out is dropped and the next
+//!   call opens a new one.
+//!
+//! There is no cluster routing, no retry and no pub/sub: RESP3 push frames (`>`) are
+//! out-of-band data and are dropped.
 //!
 //! ```no_run
 //! use relcache_client::{Client, Frame};
@@ -32,7 +39,10 @@
 //! connection out of step with the server: every later call fails with
 //! [`Error::Closed`], and the caller connects again.
 
+mod commands;
 mod error;
+mod pool;
+pub mod relation;
 
 use std::pin::Pin;
 use std::task::Poll;
@@ -42,7 +52,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::{TcpStream, ToSocketAddrs};
 use tokio_util::io::poll_read_buf;
 
+pub use commands::{build_table, Cmd, LeaseOpts, Leased, LoadOpts};
 pub use error::Error;
+pub use pool::{Pool, PoolConfig, PoolStatus, PooledConn};
+pub use relcache_protocol::idset::Builder as TableBuilder;
 use relcache_protocol::resp::{reply::ReplyDecoder, write_array_header, write_bulk};
 pub use relcache_protocol::resp::{Frame, Limits, Protocol};
 
@@ -81,6 +94,19 @@ impl Client<TcpStream> {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
         Ok(Client::new(stream))
+    }
+
+    /// Whether an idle connection still looks open, without a round trip: a server
+    /// that closed it (idle `timeout`, CLIENT KILL, restart) has sent a FIN the
+    /// socket already holds, and a pool should not hand that connection out to fail
+    /// the caller's next command. Any byte waiting to be read also disqualifies it:
+    /// nothing is owed on an idle connection.
+    pub(crate) fn looks_open(&self) -> bool {
+        if !self.usable || !self.read_buf.is_empty() {
+            return false;
+        }
+        let mut byte = [0u8; 1];
+        matches!(self.stream.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
     }
 }
 
@@ -199,6 +225,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
             Protocol::Resp2
         };
         Ok(reply)
+    }
+
+    /// Whether the connection can take another call: false once a call failed with
+    /// anything but a server error, or was dropped before it finished, since
+    /// replies may then be owed (see the [crate docs](crate#errors-and-cancellation)).
+    /// A [`Pool`] takes back only usable connections.
+    pub fn is_usable(&self) -> bool {
+        self.usable
     }
 
     /// Consumes the client, returning the stream.

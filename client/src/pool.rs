@@ -1,0 +1,356 @@
+//! A bounded pool of connections to one server, shared between tasks.
+//!
+//! A [`Client`] has one request in flight at a time, so a service that serves many
+//! requests at once needs many connections; opening one per request costs a TCP
+//! handshake (and AUTH, HELLO) every time, and opening them without bound can
+//! exhaust the server's `maxclients`. The pool keeps connections open between
+//! calls, opens at most `max_connections`, and puts every call under a deadline so
+//! that a hung server costs the caller a bounded wait rather than a stuck task.
+//!
+//! A connection goes back to the pool only if it is still in step with the server
+//! ([`Client::is_usable`]): a call that failed on the connection, or timed out,
+//! discards it, and a later call opens a fresh one. There is no retry: whether a
+//! failed command ran is for the caller to judge.
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{timeout, timeout_at, Instant};
+
+use crate::{Client, Cmd, Error, Frame, Protocol};
+
+/// How a [`Pool`] connects and how long it waits.
+#[derive(Clone)]
+pub struct PoolConfig {
+    /// `host:port` of the server.
+    pub addr: String,
+    /// Connections open at once, idle or in use; a call that finds them all busy
+    /// waits for one (within `connect_timeout`). Must be at least 1.
+    pub max_connections: usize,
+    /// The longest [`Pool::get`] waits, for a free connection and for opening one
+    /// (TCP, AUTH, HELLO) together.
+    pub connect_timeout: Duration,
+    /// The longest a call on a pooled connection waits for its replies, on top of
+    /// what a command is allowed to block for ([`Cmd::blocks_for`]).
+    pub command_timeout: Duration,
+    /// The protocol to speak: RESP3 sends `HELLO 3` on connect.
+    pub protocol: Protocol,
+    /// Sent with AUTH on connect, for a server started with `requirepass`.
+    pub password: Option<String>,
+}
+
+impl Default for PoolConfig {
+    /// A local server on the default port, 16 connections, and timeouts of one
+    /// second: a cache that takes longer is better treated as down.
+    fn default() -> Self {
+        PoolConfig {
+            addr: "127.0.0.1:6379".into(),
+            max_connections: 16,
+            connect_timeout: Duration::from_secs(1),
+            command_timeout: Duration::from_secs(1),
+            protocol: Protocol::Resp2,
+            password: None,
+        }
+    }
+}
+
+impl fmt::Debug for PoolConfig {
+    /// Everything but the password, so a logged config leaks no secret.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolConfig")
+            .field("addr", &self.addr)
+            .field("max_connections", &self.max_connections)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("command_timeout", &self.command_timeout)
+            .field("protocol", &self.protocol)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// A snapshot of a pool's connections, for metrics and tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolStatus {
+    /// Open and waiting to be used.
+    pub idle: usize,
+    /// Handed out (or being opened) right now.
+    pub in_use: usize,
+}
+
+/// Connections to one server, shared by cloning (the clones share the pool).
+///
+/// ```no_run
+/// # async fn example() -> Result<(), relcache_client::Error> {
+/// use relcache_client::{Pool, PoolConfig};
+///
+/// let pool = Pool::new(PoolConfig {
+///     addr: "127.0.0.1:6379".into(),
+///     max_connections: 8,
+///     ..PoolConfig::default()
+/// });
+/// // Typed commands take a connection, run under the command timeout, and return it.
+/// let follows = pool.idset_exists("user:1:following", 42).await?;
+/// // A connection of one's own, for several calls in a row.
+/// let mut conn = pool.get().await?;
+/// conn.cmd(&["SET", "k", "v"]).await?;
+/// # let _ = follows;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Pool {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: PoolConfig,
+    /// Connections open and not in use. Last in, first out: the busy ones stay
+    /// warm, the spare ones sit still (and are the ones a server's idle timeout
+    /// closes). A std mutex because it is held only to push or pop, never across
+    /// an await, and `PooledConn::drop` (not async) must take it.
+    idle: Mutex<Vec<Client<TcpStream>>>,
+    /// One permit per connection handed out. Connections are opened only by a
+    /// permit holder that found no idle one, so open connections never outnumber
+    /// the permits.
+    slots: Arc<Semaphore>,
+}
+
+impl Pool {
+    /// A pool per `config`. Nothing is opened until the first call needs it.
+    ///
+    /// # Panics
+    ///
+    /// If `config.max_connections` is 0: such a pool could never serve a call.
+    pub fn new(config: PoolConfig) -> Pool {
+        assert!(
+            config.max_connections > 0,
+            "a pool needs max_connections >= 1"
+        );
+        let slots = Arc::new(Semaphore::new(config.max_connections));
+        Pool {
+            inner: Arc::new(Inner {
+                config,
+                idle: Mutex::new(Vec::new()),
+                slots,
+            }),
+        }
+    }
+
+    /// The configuration the pool was made with.
+    pub fn config(&self) -> &PoolConfig {
+        &self.inner.config
+    }
+
+    /// How many connections are idle and in use.
+    pub fn status(&self) -> PoolStatus {
+        PoolStatus {
+            idle: self.inner.idle().len(),
+            in_use: self.inner.config.max_connections - self.inner.slots.available_permits(),
+        }
+    }
+
+    /// A connection of the caller's own until the guard drops: an idle one that
+    /// still looks open, or a new one. Calls made on it directly have no timeout;
+    /// wrap them in `tokio::time::timeout` if needed (a timed-out call leaves the
+    /// connection unusable, and it is discarded on drop).
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Timeout`] if no connection was free and opened within
+    ///   `connect_timeout`.
+    /// - [`Error::Io`] if connecting failed; [`Error::Server`] if the server refused
+    ///   AUTH or HELLO.
+    pub async fn get(&self) -> Result<PooledConn, Error> {
+        let deadline = Instant::now() + self.inner.config.connect_timeout;
+        let slots = self.inner.slots.clone();
+        let permit = timeout_at(deadline, slots.acquire_owned())
+            .await
+            .map_err(|_| Error::Timeout)?
+            .expect("the pool never closes its semaphore");
+        let reused = loop {
+            let Some(client) = self.inner.idle().pop() else {
+                break None;
+            };
+            if client.looks_open() {
+                break Some(client);
+            }
+        };
+        let client = match reused {
+            Some(client) => client,
+            None => timeout_at(deadline, self.inner.open())
+                .await
+                .map_err(|_| Error::Timeout)??,
+        };
+        Ok(PooledConn {
+            client: Some(client),
+            pool: self.inner.clone(),
+            _permit: permit,
+        })
+    }
+
+    /// [`Client::cmd`] on a pooled connection, within `command_timeout`.
+    ///
+    /// # Errors
+    ///
+    /// As [`get`](Self::get) and [`Client::cmd`], and [`Error::Timeout`] if the
+    /// reply did not come in time.
+    pub async fn cmd(&self, args: &[impl AsRef<[u8]>]) -> Result<Frame, Error> {
+        let mut conn = self.get().await?;
+        self.within(Duration::ZERO, conn.cmd(args)).await
+    }
+
+    /// [`Client::pipeline`] on a pooled connection, within `command_timeout`.
+    ///
+    /// # Errors
+    ///
+    /// As [`cmd`](Self::cmd).
+    pub async fn pipeline(&self, cmds: &[Vec<Bytes>]) -> Result<Vec<Frame>, Error> {
+        let mut conn = self.get().await?;
+        self.within(Duration::ZERO, conn.pipeline(cmds)).await
+    }
+
+    /// [`Client::run`] on a pooled connection, within `command_timeout` plus what
+    /// the command may block for.
+    ///
+    /// # Errors
+    ///
+    /// As [`cmd`](Self::cmd), and [`Error::UnexpectedReply`] as [`Client::run`].
+    pub async fn run<T>(&self, cmd: Cmd<T>) -> Result<T, Error> {
+        self.get().await?.run(cmd).await
+    }
+
+    /// [`Client::run_pipeline`] on a pooled connection, within `command_timeout`
+    /// plus what the commands may block for together (the server runs them one
+    /// after another).
+    ///
+    /// # Errors
+    ///
+    /// As [`pipeline`](Self::pipeline).
+    pub async fn run_pipeline<T>(&self, cmds: Vec<Cmd<T>>) -> Result<Vec<Result<T, Error>>, Error> {
+        self.get().await?.run_pipeline(cmds).await
+    }
+
+    /// Runs a call under the command timeout, extended by `blocks_for`. On timeout
+    /// the call's future is dropped midway, which leaves its connection unusable,
+    /// so the caller's guard discards it.
+    async fn within<T>(
+        &self,
+        blocks_for: Duration,
+        call: impl std::future::Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        let limit = self.inner.config.command_timeout.saturating_add(blocks_for);
+        timeout(limit, call).await.map_err(|_| Error::Timeout)?
+    }
+}
+
+impl Inner {
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Client<TcpStream>>> {
+        // A panic while holding the lock cannot leave the Vec half-updated.
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new connection, authenticated and speaking the configured protocol.
+    async fn open(&self) -> Result<Client<TcpStream>, Error> {
+        let mut client = Client::connect(self.config.addr.as_str()).await?;
+        if let Some(password) = &self.config.password {
+            client.cmd(&["AUTH", password.as_str()]).await?;
+        }
+        if self.config.protocol == Protocol::Resp3 {
+            client.hello(3).await?;
+        }
+        Ok(client)
+    }
+}
+
+/// A connection taken from a [`Pool`]; it derefs to the [`Client`]. Dropping it
+/// returns the connection to the pool if it is still usable, and closes it if not.
+#[derive(Debug)]
+pub struct PooledConn {
+    /// Always `Some` until drop.
+    client: Option<Client<TcpStream>>,
+    pool: Arc<Inner>,
+    /// Released after `drop` has put the connection back, so whoever is woken by
+    /// the free slot finds the connection idle instead of opening another.
+    _permit: OwnedSemaphorePermit,
+}
+
+impl PooledConn {
+    /// [`Client::run`] within the pool's `command_timeout` plus what the command may
+    /// block for, as [`Pool::run`] — on this connection, for a caller that needs
+    /// several commands in a row. A lease holder, say, fills the key on the
+    /// connection that won the lease: asking the pool for another could wait behind
+    /// the very callers parked until that fill lands.
+    ///
+    /// # Errors
+    ///
+    /// As [`Pool::run`].
+    pub async fn run<T>(&mut self, cmd: Cmd<T>) -> Result<T, Error> {
+        let limit = self
+            .pool
+            .config
+            .command_timeout
+            .saturating_add(cmd.blocks_for());
+        let client = self.client.as_mut().expect("present until drop");
+        timeout(limit, client.run(cmd))
+            .await
+            .map_err(|_| Error::Timeout)?
+    }
+
+    /// [`Client::run_pipeline`] within the pool's timeouts, as
+    /// [`Pool::run_pipeline`], on this connection.
+    ///
+    /// # Errors
+    ///
+    /// As [`Pool::run_pipeline`].
+    pub async fn run_pipeline<T>(
+        &mut self,
+        cmds: Vec<Cmd<T>>,
+    ) -> Result<Vec<Result<T, Error>>, Error> {
+        // The server runs them one after another: their waits add up.
+        let blocks_for = cmds
+            .iter()
+            .fold(Duration::ZERO, |sum, c| sum.saturating_add(c.blocks_for()));
+        let limit = self.pool.config.command_timeout.saturating_add(blocks_for);
+        let client = self.client.as_mut().expect("present until drop");
+        timeout(limit, client.run_pipeline(cmds))
+            .await
+            .map_err(|_| Error::Timeout)?
+    }
+
+    /// Closes the connection instead of returning it: for one whose session state
+    /// was changed (HELLO, CLIENT SETNAME, a MULTI left open …) in ways the next
+    /// user should not inherit.
+    pub fn discard(mut self) {
+        self.client = None;
+    }
+}
+
+impl Deref for PooledConn {
+    type Target = Client<TcpStream>;
+
+    fn deref(&self) -> &Client<TcpStream> {
+        self.client.as_ref().expect("present until drop")
+    }
+}
+
+impl DerefMut for PooledConn {
+    fn deref_mut(&mut self) -> &mut Client<TcpStream> {
+        self.client.as_mut().expect("present until drop")
+    }
+}
+
+impl Drop for PooledConn {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            if client.is_usable() {
+                self.pool.idle().push(client);
+            }
+        }
+    }
+}
