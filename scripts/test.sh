@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests drive (the real
-# redis-cli and redis-benchmark), then runs formatting and lint checks and every test
-# in the workspace. CI runs exactly this (.ci/run).
+# redis-cli and redis-benchmark, and MariaDB for the relation tier's tests, which start
+# their own servers), then runs formatting and lint checks and every test in the
+# workspace. CI runs exactly this (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v redis-benchmark >/dev/null 2>&1 || need+=(redis-tools)
+# The relation tier's tests start their own MariaDB (tests/harness/mariadb.rs).
+command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -1,0 +1,25 @@
+//! The relation tier's MySQL side: who follows whom, stored as twin rows on sharded
+//! MySQL, which is the truth the cache is filled from.
+//!
+//! - [`shards`]: the shard map (logical shard → database → host) and the fixed hash
+//!   that puts a user on a shard.
+//! - [`schema`]: the tables every shard holds, and their creation.
+//! - [`store`]: [`Store`], follow / unfollow with twin rows and mutual flags, and the
+//!   reads a cache miss or an API page needs.
+//! - [`repair`]: the job that finds half-committed follows and wrong mutual flags and
+//!   fixes them, by full scan or from the recent-changes log.
+//!
+//! Nothing here talks to the cache; the relation service composes the two.
+
+pub mod repair;
+pub mod schema;
+pub mod service;
+pub mod shards;
+pub mod store;
+
+pub use shards::{ShardMap, ShardMapError};
+#[cfg(feature = "fault-injection")]
+pub use store::Fault;
+pub use store::{
+    Cursor, Entry, FollowOutcome, Page, Relation, Store, StoreConfig, StoreError, UnfollowOutcome,
+};
