@@ -1,0 +1,284 @@
+//! The relation service end to end: Zipf-distributed users, 90% "does A follow B?"
+//! checks and 10% follows, over sharded MySQL (8 logical shards on a private
+//! MariaDB) with relcache in front — against the same workload on MySQL alone.
+//!
+//! ```sh
+//! cargo bench --bench relation_vs_mysql
+//! USERS=20000 FOLLOWS=60 SKEW=0.99 CONCURRENCY=32 DURATION=10 ROUNDS=3 cargo bench --bench relation_vs_mysql
+//! ```
+//!
+//! Prints, per mode: checks per second, check p50/p99, follow p99, cache hit ratio,
+//! and MySQL statements per 1,000 checks (writes included, the same count in both
+//! modes). Rounds alternate between the modes and the summary takes medians. The
+//! cache starts cold in every cache round and is measured after a warm-up, so the
+//! hit ratio is what a running service would see, not a preloaded best case.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rand_distr::{Distribution, LogNormal, Zipf};
+use relcache_client::relation::service::{Relations, RelationsConfig};
+use relcache_client::relation::{schema, ShardMap, Store, StoreConfig};
+use relcache_client::{Pool, PoolConfig};
+use support::harness::mariadb::{MariaDb, RawSql};
+use support::harness::{invoked_by_cargo_bench, TestServer};
+
+const SHARDS: u32 = 8;
+
+fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+struct Params {
+    users: u64,
+    follows: f64,
+    skew: f64,
+    concurrency: usize,
+    warmup: Duration,
+    duration: Duration,
+    rounds: usize,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    MySql,
+    Cached,
+}
+
+struct RoundResult {
+    checks_per_sec: f64,
+    check_p50_us: u64,
+    check_p99_us: u64,
+    follow_p99_us: u64,
+    hit_ratio: Option<f64>,
+    mysql_per_1000_checks: f64,
+}
+
+fn main() {
+    if !invoked_by_cargo_bench() {
+        return;
+    }
+    let p = Params {
+        users: env("USERS", 20_000),
+        follows: env("FOLLOWS", 60.0),
+        skew: env("SKEW", 0.99),
+        concurrency: env("CONCURRENCY", 32),
+        warmup: Duration::from_secs(env("WARMUP", 3)),
+        duration: Duration::from_secs(env("DURATION", 10)),
+        rounds: env("ROUNDS", 3),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let db = MariaDb::start();
+    let map = ShardMap::single_host(db.url(), "bench_s", SHARDS).unwrap();
+    let store = Store::new(StoreConfig {
+        pool_size: 64,
+        ..StoreConfig::new(map)
+    });
+    rt.block_on(async {
+        schema::create_all(&store).await.unwrap();
+        let rows = load(&store, &p).await;
+        println!(
+            "loaded {} users, {rows} follows on {SHARDS} shards (mean {:.0} per user)",
+            p.users, p.follows
+        );
+    });
+
+    let mut results: Vec<(Mode, RoundResult)> = Vec::new();
+    for round in 0..p.rounds {
+        for mode in [Mode::MySql, Mode::Cached] {
+            let r = rt.block_on(run(&store, &p, mode, round as u64));
+            println!(
+                "round {round} {mode:?}: {:.0} checks/s, check p50 {} µs p99 {} µs, follow p99 {} µs, hit ratio {}, MySQL statements per 1,000 checks {:.0}",
+                r.checks_per_sec,
+                r.check_p50_us,
+                r.check_p99_us,
+                r.follow_p99_us,
+                r.hit_ratio.map_or("-".into(), |h| format!("{h:.3}")),
+                r.mysql_per_1000_checks
+            );
+            results.push((mode, r));
+        }
+    }
+    summary(&results);
+}
+
+/// Loads the follow graph straight into the tables (row-by-row follows would take
+/// the benchmark's whole budget): log-normal out-degrees, Zipf-popular targets, both
+/// twins, mutual flags set.
+async fn load(store: &Store, p: &Params) -> u64 {
+    let mut rng = StdRng::seed_from_u64(1);
+    let degree = LogNormal::new(p.follows.ln() - 0.5, 1.0).unwrap();
+    let popular = Zipf::new(p.users, 0.8).unwrap();
+    let mut edges = std::collections::HashSet::new();
+    for a in 0..p.users {
+        let n = (degree.sample(&mut rng) as u64).min(p.users - 1);
+        for _ in 0..n {
+            let b = popular.sample(&mut rng) as u64 - 1;
+            if b != a {
+                edges.insert((a, b));
+            }
+        }
+    }
+    let raw = RawSql::new(store);
+    let map = store.shards();
+    let mut per_shard: Vec<(Vec<String>, Vec<String>)> = vec![Default::default(); SHARDS as usize];
+    for &(a, b) in &edges {
+        let mutual = edges.contains(&(b, a)) as u8;
+        let ts = 1_700_000_000_000_000 + rng.gen_range(0..1_000_000_000u64);
+        per_shard[map.shard_of(a) as usize]
+            .0
+            .push(format!("({a},{b},{mutual},{ts})"));
+        per_shard[map.shard_of(b) as usize]
+            .1
+            .push(format!("({b},{a},{mutual},{ts})"));
+    }
+    for (shard, (following, followers)) in per_shard.iter().enumerate() {
+        for (table, rows) in [("following", following), ("followers", followers)] {
+            for chunk in rows.chunks(2000) {
+                let sql = format!(
+                    "INSERT IGNORE INTO {{db}}.{table} (user_id, friend_id, mutual, auto_ts) VALUES {}",
+                    chunk.join(",")
+                );
+                raw.exec(shard as u32, &sql, ()).await;
+            }
+        }
+    }
+    edges.len() as u64
+}
+
+async fn run(store: &Store, p: &Params, mode: Mode, round: u64) -> RoundResult {
+    // A fresh cache per round: each cached round starts cold.
+    let server = TestServer::start();
+    let relations = Arc::new(Relations::new(
+        Pool::new(PoolConfig {
+            addr: server.addr(),
+            max_connections: p.concurrency * 2,
+            ..PoolConfig::default()
+        }),
+        store.clone(),
+        RelationsConfig::default(),
+    ));
+    let zipf = Zipf::new(p.users, p.skew).unwrap();
+    let start = Instant::now();
+    let measure_from = start + p.warmup;
+    let end = measure_from + p.duration;
+    let baseline = Arc::new(tokio::sync::Mutex::new(None::<(u64, u64)>));
+    let tasks: Vec<_> = (0..p.concurrency)
+        .map(|i| {
+            let (relations, baseline) = (relations.clone(), baseline.clone());
+            let store = store.clone();
+            let users = p.users;
+            tokio::spawn(async move {
+                let mut rng = StdRng::seed_from_u64(round * 1000 + i as u64);
+                let mut checks = Histogram::<u64>::new(3).unwrap();
+                let mut follows = Histogram::<u64>::new(3).unwrap();
+                loop {
+                    let now = Instant::now();
+                    if now >= end {
+                        break;
+                    }
+                    if now >= measure_from {
+                        let mut b = baseline.lock().await;
+                        if b.is_none() {
+                            *b =
+                                Some((store.queries(), relations.stats().cache_hits.load(Relaxed)));
+                        }
+                    }
+                    let a = zipf.sample(&mut rng) as u64 - 1;
+                    let b = rng.gen_range(0..users);
+                    let is_check = rng.gen_bool(0.9);
+                    let t0 = Instant::now();
+                    match (mode, is_check) {
+                        (Mode::MySql, true) => drop(store.is_following(a, b).await.unwrap()),
+                        (Mode::MySql, false) => drop(store.follow(a, b).await.unwrap()),
+                        (Mode::Cached, true) => drop(relations.is_following(a, b).await.unwrap()),
+                        (Mode::Cached, false) => drop(relations.follow(a, b).await.unwrap()),
+                    }
+                    if t0 >= measure_from {
+                        let us = t0.elapsed().as_micros() as u64;
+                        if is_check {
+                            checks.record(us.max(1)).unwrap();
+                        } else {
+                            follows.record(us.max(1)).unwrap();
+                        }
+                    }
+                }
+                (checks, follows)
+            })
+        })
+        .collect();
+    let (mut checks, mut follows) = (
+        Histogram::<u64>::new(3).unwrap(),
+        Histogram::<u64>::new(3).unwrap(),
+    );
+    for t in tasks {
+        let (c, f) = t.await.unwrap();
+        checks.add(c).unwrap();
+        follows.add(f).unwrap();
+    }
+    let (queries0, hits0) = baseline
+        .lock()
+        .await
+        .expect("the run reached its measured part");
+    let n = checks.len() as f64;
+    let hits = relations.stats().cache_hits.load(Relaxed) - hits0;
+    RoundResult {
+        checks_per_sec: n / p.duration.as_secs_f64(),
+        check_p50_us: checks.value_at_quantile(0.5),
+        check_p99_us: checks.value_at_quantile(0.99),
+        follow_p99_us: follows.value_at_quantile(0.99),
+        hit_ratio: (mode == Mode::Cached).then(|| hits as f64 / n),
+        mysql_per_1000_checks: (store.queries() - queries0) as f64 * 1000.0 / n,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn summary(results: &[(Mode, RoundResult)]) {
+    let pick = |mode: Mode, f: &dyn Fn(&RoundResult) -> f64| {
+        median(
+            results
+                .iter()
+                .filter(|(m, _)| *m == mode)
+                .map(|(_, r)| f(r))
+                .collect(),
+        )
+    };
+    println!("\nmedians over rounds:");
+    println!("| measure | MySQL alone | relcache in front | ratio |");
+    println!("|---|---:|---:|---:|");
+    type Getter = fn(&RoundResult) -> f64;
+    let rows: [(&str, Getter); 5] = [
+        ("checks/s", |r| r.checks_per_sec),
+        ("check p50 (µs)", |r| r.check_p50_us as f64),
+        ("check p99 (µs)", |r| r.check_p99_us as f64),
+        ("follow p99 (µs)", |r| r.follow_p99_us as f64),
+        ("MySQL statements per 1,000 checks", |r| {
+            r.mysql_per_1000_checks
+        }),
+    ];
+    for (name, f) in rows {
+        let (m, c) = (pick(Mode::MySql, &f), pick(Mode::Cached, &f));
+        println!("| {name} | {m:.0} | {c:.0} | {:.2}× |", c / m);
+    }
+    println!(
+        "| cache hit ratio | - | {:.3} | |",
+        pick(Mode::Cached, &|r| r.hit_ratio.unwrap_or(0.0))
+    );
+}

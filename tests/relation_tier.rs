@@ -1,0 +1,510 @@
+//! The relation service end to end: the real relcache-server as the cache in front
+//! of a real MariaDB with eight logical shards. Every read against a model; the
+//! fill/write race; a hundred concurrent misses; MySQL dying mid-run; the cache
+//! going away.
+
+mod harness;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use harness::mariadb::{self, relation_store, MariaDb};
+use harness::TestServer;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use relcache_client::relation::service::{Relations, RelationsConfig};
+use relcache_client::relation::{Cursor, Relation};
+use relcache_client::{build_table, Cmd, LeaseOpts, Leased, LoadOpts, Pool, PoolConfig};
+
+const SHARDS: u32 = 8;
+
+/// Who follows whom: `(follower, followed)`.
+type Model = BTreeSet<(u64, u64)>;
+
+fn pool(server: &TestServer) -> Pool {
+    Pool::new(PoolConfig {
+        addr: server.addr(),
+        max_connections: 64,
+        command_timeout: Duration::from_secs(5),
+        ..PoolConfig::default()
+    })
+}
+
+async fn tier(server: &TestServer, db: &MariaDb, test: &str) -> Relations {
+    tier_with(server, db, test, |_| {}).await
+}
+
+async fn tier_with(
+    server: &TestServer,
+    db: &MariaDb,
+    test: &str,
+    configure: impl FnOnce(&mut relcache_client::relation::StoreConfig),
+) -> Relations {
+    let store = relation_store(db.url(), test, SHARDS, configure).await;
+    let config = RelationsConfig {
+        lease_wait: Duration::from_secs(10),
+        ..RelationsConfig::default()
+    };
+    Relations::new(pool(server), store, config)
+}
+
+fn following_of(model: &Model, a: u64) -> Vec<u64> {
+    model
+        .iter()
+        .filter(|(f, _)| *f == a)
+        .map(|&(_, b)| b)
+        .collect()
+}
+
+fn followers_of(model: &Model, a: u64) -> Vec<u64> {
+    model
+        .iter()
+        .filter(|(_, b)| *b == a)
+        .map(|&(f, _)| f)
+        .collect()
+}
+
+/// Every id of a paged list, checking newest-first order on the way.
+async fn walk(t: &Relations, followers: bool, user: u64, limit: u32) -> Vec<u64> {
+    let (mut ids, mut last, mut cursor): (Vec<u64>, Option<(u64, u64)>, Option<Cursor>) =
+        (Vec::new(), None, None);
+    loop {
+        let page = if followers {
+            t.followers(user, cursor, limit).await.unwrap()
+        } else {
+            t.following(user, cursor, limit).await.unwrap()
+        };
+        for e in &page.entries {
+            if let Some(prev) = last {
+                assert!(prev > (e.since, e.id), "newest first");
+            }
+            last = Some((e.since, e.id));
+            ids.push(e.id);
+        }
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => return ids,
+        }
+    }
+}
+
+fn sorted(mut v: Vec<u64>) -> Vec<u64> {
+    v.sort_unstable();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_read_api_agrees_with_a_model_while_the_cache_churns() {
+    let server = TestServer::start();
+    let t = tier(&server, mariadb::shared(), "model").await;
+    let mut rng = StdRng::seed_from_u64(6);
+    let users: Vec<u64> = (1..=24).map(|i| i * 1_000_003).collect();
+    let pick = |rng: &mut StdRng| users[rng.gen_range(0..users.len())];
+    let mut model = Model::new();
+    for step in 0..400 {
+        let (a, b) = (pick(&mut rng), pick(&mut rng));
+        match rng.gen_range(0..100) {
+            0..=39 if a != b => {
+                let out = t.follow(a, b).await.unwrap();
+                assert_eq!(out.created, model.insert((a, b)), "step {step}");
+                assert_eq!(out.mutual, model.contains(&(b, a)));
+            }
+            40..=54 if a != b => {
+                let out = t.unfollow(a, b).await.unwrap();
+                assert_eq!(out.removed, model.remove(&(a, b)), "step {step}");
+            }
+            55..=64 => {
+                let asked: Vec<u64> = (0..10).map(|_| pick(&mut rng)).collect();
+                let want: Vec<bool> = asked.iter().map(|&x| model.contains(&(a, x))).collect();
+                assert_eq!(t.which_followed(a, &asked).await.unwrap(), want);
+                assert_eq!(t.is_following(a, b).await.unwrap(), model.contains(&(a, b)));
+            }
+            65..=69 => {
+                let want = match (model.contains(&(a, b)), model.contains(&(b, a))) {
+                    (true, true) => Relation::Mutual,
+                    (true, false) => Relation::Following,
+                    (false, true) => Relation::FollowedBy,
+                    (false, false) => Relation::None,
+                };
+                assert_eq!(t.relation(a, b).await.unwrap(), want, "step {step}");
+            }
+            70..=74 => {
+                assert_eq!(
+                    t.following_count(a).await.unwrap(),
+                    following_of(&model, a).len() as u64
+                );
+                assert_eq!(
+                    t.followers_count(a).await.unwrap(),
+                    followers_of(&model, a).len() as u64
+                );
+                assert_eq!(
+                    sorted(t.following_set(a).await.unwrap()),
+                    following_of(&model, a)
+                );
+            }
+            75..=79 => {
+                let fa: BTreeSet<u64> = following_of(&model, a).into_iter().collect();
+                let want: Vec<u64> = following_of(&model, b)
+                    .into_iter()
+                    .filter(|x| fa.contains(x))
+                    .collect();
+                assert_eq!(t.common_following(a, b).await.unwrap(), want);
+            }
+            80..=84 => {
+                let want: Vec<u64> = following_of(&model, a)
+                    .into_iter()
+                    .filter(|&f| model.contains(&(f, b)))
+                    .collect();
+                assert_eq!(t.followers_among(b, a).await.unwrap(), want, "step {step}");
+            }
+            85..=89 => {
+                let limit = rng.gen_range(1..5);
+                assert_eq!(
+                    sorted(walk(&t, false, a, limit).await),
+                    following_of(&model, a)
+                );
+                assert_eq!(
+                    sorted(walk(&t, true, a, limit).await),
+                    followers_of(&model, a)
+                );
+            }
+            90..=95 => {
+                // Eviction, as far as the tier can tell.
+                t.cache().run(Cmd::del(&[t.cache_key(a)])).await.unwrap();
+            }
+            96 => {
+                t.cache().cmd(&["FLUSHALL"]).await.unwrap();
+            }
+            _ => {}
+        }
+    }
+    // Quiescent: every cached set is exactly MySQL's.
+    for &u in &users {
+        if let Some(cached) = t
+            .cache()
+            .run(Cmd::idset_members(t.cache_key(u)))
+            .await
+            .unwrap()
+        {
+            assert_eq!(sorted(cached), following_of(&model, u), "user {u}");
+        }
+    }
+    let s = t.stats();
+    assert!(s.cache_hits.load(std::sync::atomic::Ordering::Relaxed) > 100);
+    assert!(s.cache_fills.load(std::sync::atomic::Ordering::Relaxed) > 10);
+}
+
+/// The race leases exist for, played step by step with the real parts: a filler
+/// reads MySQL, then a follow commits (and writes through), then the fill arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_that_read_mysql_before_a_write_never_hides_the_write() {
+    let server = TestServer::start();
+    let t = tier(&server, mariadb::shared(), "race").await;
+    let (a, b, c) = (11, 22, 33);
+    t.follow(a, c).await.unwrap();
+    let key = t.cache_key(a);
+    let opts = LeaseOpts {
+        px: Some(Duration::from_secs(10)),
+        wait: None,
+    };
+    for write_follows in [true, false] {
+        t.cache().run(Cmd::del(std::slice::from_ref(&key))).await.unwrap();
+        let Leased::Granted(token) = t
+            .cache()
+            .run(Cmd::idset_lease(key.clone(), opts))
+            .await
+            .unwrap()
+        else {
+            panic!("a miss is granted the lease");
+        };
+        let read_before = t.store().following_ids(a).await.unwrap();
+        if write_follows {
+            t.follow(a, b).await.unwrap();
+        } else {
+            t.unfollow(a, b).await.unwrap();
+        }
+        let fill = LoadOpts {
+            ttl: None,
+            lease: Some(token),
+        };
+        let stored = t
+            .cache()
+            .run(Cmd::idset_load_table(
+                key.clone(),
+                build_table(&read_before),
+                fill,
+            ))
+            .await
+            .unwrap();
+        assert!(!stored, "the stale fill is refused");
+        assert_eq!(t.is_following(a, b).await.unwrap(), write_follows);
+        let cached = t
+            .cache()
+            .run(Cmd::idset_exists(key.clone(), b))
+            .await
+            .unwrap();
+        assert_eq!(cached, Some(write_follows), "the refill has the write");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_reads_writes_and_evictions_leave_the_cache_equal_to_mysql() {
+    let server = TestServer::start();
+    let t = Arc::new(tier(&server, mariadb::shared(), "churn").await);
+    let users: Vec<u64> = (100..110).collect();
+    let mut tasks = Vec::new();
+    for seed in 0..8 {
+        let (t, users) = (t.clone(), users.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(seed);
+            for _ in 0..150 {
+                let a = users[rng.gen_range(0..users.len())];
+                let b = users[rng.gen_range(0..users.len())];
+                match rng.gen_range(0..10) {
+                    0..=2 if a != b => drop(t.follow(a, b).await.unwrap()),
+                    3 if a != b => drop(t.unfollow(a, b).await.unwrap()),
+                    4 => drop(t.cache().run(Cmd::del(&[t.cache_key(a)])).await.unwrap()),
+                    _ => drop(t.which_followed(a, &users).await.unwrap()),
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let mut cached_users = 0;
+    for &u in &users {
+        let truth = sorted(t.store().following_ids(u).await.unwrap());
+        if let Some(cached) = t
+            .cache()
+            .run(Cmd::idset_members(t.cache_key(u)))
+            .await
+            .unwrap()
+        {
+            assert_eq!(
+                sorted(cached),
+                truth,
+                "user {u}: the cache disagrees with MySQL"
+            );
+            cached_users += 1;
+        }
+    }
+    assert!(cached_users > 0, "the run ended with something cached");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_concurrent_misses_on_one_cold_user_cost_one_mysql_read() {
+    let server = TestServer::start();
+    let t = Arc::new(tier(&server, mariadb::shared(), "herd").await);
+    let celebrity_fan = 7;
+    for b in 1000..1300 {
+        t.store().follow(celebrity_fan, b).await.unwrap();
+    }
+    let before = t.store().queries();
+    let start = Arc::new(tokio::sync::Barrier::new(100));
+    let tasks: Vec<_> = (0..100u64)
+        .map(|i| {
+            let (t, start) = (t.clone(), start.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                t.is_following(celebrity_fan, 1000 + i * 5).await.unwrap()
+            })
+        })
+        .collect();
+    for (i, task) in tasks.into_iter().enumerate() {
+        assert_eq!(
+            task.await.unwrap(),
+            1000 + i as u64 * 5 < 1300,
+            "answer {i}"
+        );
+    }
+    assert_eq!(t.store().queries() - before, 1, "exactly one MySQL read");
+    let s = t.stats();
+    assert_eq!(s.cache_fills.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(s.busy_reads.load(std::sync::atomic::Ordering::Relaxed), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_who_follows_nobody_is_cached_as_an_empty_set() {
+    let server = TestServer::start();
+    let t = tier(&server, mariadb::shared(), "empty").await;
+    let before = t.store().queries();
+    assert!(!t.is_following(4242, 1).await.unwrap());
+    assert!(!t.is_following(4242, 2).await.unwrap());
+    assert_eq!(t.following_count(4242).await.unwrap(), 0);
+    assert_eq!(
+        t.store().queries() - before,
+        1,
+        "read once, then from the cache"
+    );
+    assert_eq!(
+        t.cache()
+            .run(Cmd::idset_card(t.cache_key(4242)))
+            .await
+            .unwrap(),
+        Some(0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_cache_down_reads_and_writes_go_to_mysql() {
+    let server = TestServer::start();
+    let t = tier(&server, mariadb::shared(), "cachedown").await;
+    t.follow(1, 2).await.unwrap();
+    assert!(t.is_following(1, 2).await.unwrap(), "cached now");
+    drop(server);
+    assert!(t.is_following(1, 2).await.unwrap());
+    assert!(!t.is_following(1, 3).await.unwrap());
+    t.follow(1, 3).await.unwrap();
+    assert!(t.is_following(1, 3).await.unwrap());
+    assert_eq!(t.relation(2, 1).await.unwrap(), Relation::FollowedBy);
+    assert_eq!(t.following_count(1).await.unwrap(), 2);
+    assert_eq!(t.followers_among(3, 1).await.unwrap(), Vec::<u64>::new());
+    let s = t.stats();
+    assert!(s.cache_errors.load(std::sync::atomic::Ordering::Relaxed) >= 5);
+    assert_eq!(
+        s.write_through_failures
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
+
+/// MySQL dies under load: calls fail within their timeout, cached users are still
+/// answered, every answer given is right, nothing partial is cached, no lease is
+/// left behind; after a restart everything works again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_killed_mid_run_gives_errors_not_wrong_answers() {
+    let server = TestServer::start();
+    let mut db = MariaDb::start();
+    let timeout = Duration::from_secs(1);
+    let t = Arc::new(
+        tier_with(&server, &db, "killed", |c| {
+            c.query_timeout = timeout;
+            c.connect_timeout = timeout;
+        })
+        .await,
+    );
+    let mut model = Model::new();
+    for a in 1..=20u64 {
+        for b in 1..=20u64 {
+            if a != b && (a * b) % 3 == 0 {
+                t.follow(a, b).await.unwrap();
+                model.insert((a, b));
+            }
+        }
+    }
+    // Users 1..=10 are cached; 11..=20 are not.
+    for a in 1..=10 {
+        t.is_following(a, 1).await.unwrap();
+    }
+    for a in 11..=20 {
+        t.cache().run(Cmd::del(&[t.cache_key(a)])).await.unwrap();
+    }
+    let model = Arc::new(model);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..4u64)
+        .map(|seed| {
+            let (t, model, stop) = (t.clone(), model.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut rng = StdRng::seed_from_u64(seed);
+                let (mut ok, mut failed, mut slowest) = (0, 0, Duration::ZERO);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let a = rng.gen_range(1..=20u64);
+                    let asked: Vec<u64> = (1..=20).collect();
+                    let started = Instant::now();
+                    let result = t.which_followed(a, &asked).await;
+                    slowest = slowest.max(started.elapsed());
+                    match result {
+                        Ok(bits) => {
+                            let want: Vec<bool> =
+                                asked.iter().map(|&b| model.contains(&(a, b))).collect();
+                            assert_eq!(bits, want, "a wrong answer for {a}");
+                            ok += 1;
+                        }
+                        Err(_) => {
+                            assert!(a > 10, "cached user {a} must be answered");
+                            failed += 1;
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                (ok, failed, slowest)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    db.kill();
+    // Misses on uncached users now fail; the evictions keep some of them missing.
+    for _ in 0..20 {
+        for a in 11..=20 {
+            let _ = t.cache().run(Cmd::del(&[t.cache_key(a)])).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let follow_started = Instant::now();
+    assert!(
+        t.follow(1, 2).await.is_err(),
+        "a write with MySQL down fails"
+    );
+    assert!(follow_started.elapsed() < timeout * 3, "within its timeout");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut ok, mut failed) = (0, 0);
+    for r in readers {
+        let (o, f, slowest) = r.await.unwrap();
+        ok += o;
+        failed += f;
+        assert!(
+            slowest < timeout * 3 + Duration::from_secs(1),
+            "a call took {slowest:?}"
+        );
+    }
+    assert!(ok > 0 && failed > 0, "ok {ok}, failed {failed}");
+    // Nothing partial was cached, and the failed fillers let their leases go.
+    for a in 11..=20 {
+        let cached = t
+            .cache()
+            .run(Cmd::idset_members(t.cache_key(a)))
+            .await
+            .unwrap();
+        if let Some(ids) = cached {
+            assert_eq!(sorted(ids), following_of(&model, a), "user {a}");
+        }
+    }
+    let info = server.cli_out(&["INFO", "leases"]);
+    assert!(info.contains("leases_out:0"), "{info}");
+    assert!(
+        !info.contains("lease_releases:0"),
+        "failed fills released: {info}"
+    );
+
+    db.restart();
+    let everyone: Vec<u64> = (1..=20).collect();
+    for a in 11..=20 {
+        let want: Vec<bool> = everyone.iter().map(|&b| model.contains(&(a, b))).collect();
+        let got = retry(|| t.which_followed(a, &everyone)).await;
+        assert_eq!(got, want);
+    }
+    assert!(
+        !t.is_following(1, 2).await.unwrap(),
+        "the failed follow left nothing"
+    );
+}
+
+/// Retries a call for a while after a restart (pools notice dead connections on use).
+async fn retry<T, F, Fut>(mut call: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, relcache_client::relation::service::RelationError>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match call().await {
+            Ok(v) => return v,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("still failing after restart: {e}"),
+        }
+    }
+}
