@@ -209,7 +209,10 @@ async fn a_fill_that_read_mysql_before_a_write_never_hides_the_write() {
         wait: None,
     };
     for write_follows in [true, false] {
-        t.cache().run(Cmd::del(std::slice::from_ref(&key))).await.unwrap();
+        t.cache()
+            .run(Cmd::del(std::slice::from_ref(&key)))
+            .await
+            .unwrap();
         let Leased::Granted(token) = t
             .cache()
             .run(Cmd::idset_lease(key.clone(), opts))

@@ -1,5 +1,5 @@
-//! The relation tier's MySQL side: who follows whom, stored as twin rows on sharded
-//! MySQL, which is the truth the cache is filled from.
+//! The relation tier: who follows whom, stored as twin rows on sharded MySQL (the
+//! truth), with relcache in front.
 //!
 //! - [`shards`]: the shard map (logical shard → database → host) and the fixed hash
 //!   that puts a user on a shard.
@@ -8,8 +8,10 @@
 //!   reads a cache miss or an API page needs.
 //! - [`repair`]: the job that finds half-committed follows and wrong mutual flags and
 //!   fixes them, by full scan or from the recent-changes log.
+//! - [`service`]: [`Relations`](service::Relations), what an application calls: the
+//!   store behind the cache, filled under leases and written through.
 //!
-//! Nothing here talks to the cache; the relation service composes the two.
+//! Only `service` talks to the cache; the rest is MySQL alone.
 
 pub mod repair;
 pub mod schema;

@@ -256,24 +256,8 @@ impl Relations {
     ///
     /// As [`is_following`](Self::is_following).
     pub async fn following_count(&self, a: u64) -> Result<u64, RelationError> {
-        for _ in 0..3 {
-            match self.cache.run(Cmd::idset_card(self.cache_key(a))).await {
-                Ok(Some(n)) => {
-                    self.stats.cache_hits.fetch_add(1, Relaxed);
-                    return Ok(n);
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    self.cache_failed(&e);
-                    return Ok(self.store.following_count(a).await?);
-                }
-            }
-            if let Filled::Ids(ids) = self.lease_and_fill(a).await? {
-                return Ok(ids.len() as u64);
-            }
-        }
-        // Filled and evicted again, three times over: the cache is thrashing.
-        Ok(self.store.following_count(a).await?)
+        self.read_set(a, Cmd::idset_card, |ids| ids.len() as u64)
+            .await
     }
 
     /// How many users follow `a` (from MySQL's index on `followers`).
@@ -291,23 +275,37 @@ impl Relations {
     ///
     /// As [`is_following`](Self::is_following).
     pub async fn following_set(&self, a: u64) -> Result<Vec<u64>, RelationError> {
+        self.read_set(a, Cmd::idset_members, |ids| ids).await
+    }
+
+    /// A read of `user`'s whole set that answers nil when it is missing (`read`),
+    /// or the same answer computed from the ids (`from_ids`) when the set had to be
+    /// read from MySQL: by this caller as the lease holder, or because the cache
+    /// failed or someone else's fill did not land in time.
+    async fn read_set<T>(
+        &self,
+        user: u64,
+        read: fn(Bytes) -> Cmd<Option<T>>,
+        from_ids: fn(Vec<u64>) -> T,
+    ) -> Result<T, RelationError> {
         for _ in 0..3 {
-            match self.cache.run(Cmd::idset_members(self.cache_key(a))).await {
-                Ok(Some(ids)) => {
+            match self.cache.run(read(self.cache_key(user))).await {
+                Ok(Some(answer)) => {
                     self.stats.cache_hits.fetch_add(1, Relaxed);
-                    return Ok(ids);
+                    return Ok(answer);
                 }
                 Ok(None) => {}
                 Err(e) => {
                     self.cache_failed(&e);
-                    return Ok(self.store.following_ids(a).await?);
+                    return Ok(from_ids(self.store.following_ids(user).await?));
                 }
             }
-            if let Filled::Ids(ids) = self.lease_and_fill(a).await? {
-                return Ok(ids);
+            if let Filled::Ids(ids) = self.lease_and_fill(user).await? {
+                return Ok(from_ids(ids));
             }
         }
-        Ok(self.store.following_ids(a).await?)
+        // Filled and evicted again, three times over: the cache is thrashing.
+        Ok(from_ids(self.store.following_ids(user).await?))
     }
 
     /// The users both `a` and `b` follow, ascending: intersected in the cache when
