@@ -381,12 +381,7 @@ async fn typed_idset_commands_round_trip() {
 /// `INFO leases` counter `name`.
 async fn lease_stat(pool: &Pool, name: &str) -> u64 {
     let info = text(pool.cmd(&["INFO", "leases"]).await.unwrap());
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name}:")))
-        .unwrap_or_else(|| panic!("INFO leases has no {name}: {info}"))
-        .trim()
-        .parse()
-        .unwrap()
+    harness::info_value(&info, name)
 }
 
 #[tokio::test]

@@ -7,13 +7,7 @@ use harness::TestServer;
 use relcache_protocol::idset::Builder;
 
 fn info_field(con: &mut redis::Connection, field: &str) -> u64 {
-    let info: String = redis::cmd("INFO").query(con).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("INFO has no {field}"))
-        .trim()
-        .parse()
-        .unwrap()
+    harness::info_stat(con, "default", field)
 }
 
 fn table(seed: u64, n: u64) -> Vec<u8> {

@@ -532,15 +532,8 @@ fn op() -> impl Strategy<Value = Op> {
 fn info_idsets_and_memory_usage_report_real_figures() {
     let s = TestServer::start();
     let mut con = s.conn();
-    let field = |con: &mut Connection, name: &str| -> f64 {
-        let info: String = redis::cmd("INFO").arg("idsets").query(con).unwrap();
-        info.lines()
-            .find_map(|l| l.strip_prefix(&format!("{name}:")))
-            .unwrap_or_else(|| panic!("no {name} in {info}"))
-            .trim()
-            .parse()
-            .unwrap()
-    };
+    let field =
+        |con: &mut Connection, name: &str| -> f64 { harness::info_stat(con, "idsets", name) };
     assert_eq!(field(&mut con, "idset_tables"), 0.0);
     let a = Builder::new().build(&(1..=1000).collect::<Vec<u64>>());
     let () = redis::cmd("SET").arg("a").arg(&a).query(&mut con).unwrap();

@@ -53,13 +53,7 @@ fn fill(con: &mut Connection, key: &str, token: i64, ids: &[u64]) -> RV {
 }
 
 fn info_field(con: &mut Connection, name: &str) -> i64 {
-    let info: String = redis::cmd("INFO").arg("everything").query(con).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name}:")))
-        .unwrap_or_else(|| panic!("INFO has no {name}"))
-        .trim()
-        .parse()
-        .unwrap()
+    harness::info_stat(con, "everything", name)
 }
 
 /// Polls until `blocked_clients` reaches `n` (parked commands are asynchronous to

@@ -322,6 +322,29 @@ pub fn invoked_by_cargo_bench() -> bool {
     yes
 }
 
+/// The value of field `name` in an INFO text, parsed; panics if absent.
+pub fn info_value<T: std::str::FromStr>(info: &str, name: &str) -> T
+where
+    T::Err: std::fmt::Debug,
+{
+    let raw = info
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("INFO has no {name}:\n{info}"));
+    raw.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("INFO {name}:{raw}: {e:?}"))
+}
+
+/// Field `name` of `INFO section` (`everything` for all), parsed.
+pub fn info_stat<T: std::str::FromStr>(con: &mut redis::Connection, section: &str, name: &str) -> T
+where
+    T::Err: std::fmt::Debug,
+{
+    let info: String = redis::cmd("INFO").arg(section).query(con).unwrap();
+    info_value(&info, name)
+}
+
 /// A byte-level connection: sends a request and returns the exact reply bytes.
 pub struct Raw {
     s: TcpStream,
