@@ -78,34 +78,15 @@ impl Store {
     /// follow did not happen (retrying is safe). A failed second commit is not an
     /// error: see [`FollowOutcome::twin_pending`].
     pub async fn follow(&self, a: u64, b: u64) -> Result<FollowOutcome, StoreError> {
-        if a == b {
-            return Err(StoreError::SelfFollow(a));
-        }
-        let map = self.inner().map();
-        let op = Op::Follow {
-            a,
-            b,
-            now: now_micros(),
-        };
-        let (done, second) = self
-            .inner()
-            .transact(map.shard_of(a), map.shard_of(b), op)
-            .await?;
+        let now = now_micros();
+        let (done, twin_pending) = self.write_pair(a, b, Op::Follow { a, b, now }).await?;
         let Done::Follow { created, mutual } = done else {
             unreachable!("a follow answers Done::Follow")
         };
-        if let Some(e) = &second {
-            tracing::warn!(
-                follower = a,
-                followed = b,
-                error = %e,
-                "follow committed without its followers twin; the repair job will add it"
-            );
-        }
         Ok(FollowOutcome {
             created,
             mutual,
-            twin_pending: second.is_some(),
+            twin_pending,
         })
     }
 
@@ -117,19 +98,8 @@ impl Store {
     ///
     /// As [`follow`](Self::follow).
     pub async fn unfollow(&self, a: u64, b: u64) -> Result<UnfollowOutcome, StoreError> {
-        if a == b {
-            return Err(StoreError::SelfFollow(a));
-        }
-        let map = self.inner().map();
-        let op = Op::Unfollow {
-            a,
-            b,
-            now: now_micros(),
-        };
-        let (done, second) = self
-            .inner()
-            .transact(map.shard_of(a), map.shard_of(b), op)
-            .await?;
+        let now = now_micros();
+        let (done, twin_pending) = self.write_pair(a, b, Op::Unfollow { a, b, now }).await?;
         let Done::Unfollow {
             removed,
             followed_back,
@@ -137,19 +107,35 @@ impl Store {
         else {
             unreachable!("an unfollow answers Done::Unfollow")
         };
+        Ok(UnfollowOutcome {
+            removed,
+            followed_back,
+            twin_pending,
+        })
+    }
+
+    /// Runs a follow or unfollow of `b` by `a` on their two shards. Answers what it
+    /// did, and whether the twin's commit failed after the truth's succeeded (logged
+    /// here: the repair job will finish the write).
+    async fn write_pair(&self, a: u64, b: u64, op: Op) -> Result<(Done, bool), StoreError> {
+        if a == b {
+            return Err(StoreError::SelfFollow(a));
+        }
+        let map = self.inner().map();
+        let (done, second) = self
+            .inner()
+            .transact(map.shard_of(a), map.shard_of(b), op)
+            .await?;
         if let Some(e) = &second {
             tracing::warn!(
                 follower = a,
                 followed = b,
                 error = %e,
-                "unfollow committed but its followers twin remains; the repair job will remove it"
+                op = ?op,
+                "the truth committed but its followers twin did not; the repair job will fix the twin"
             );
         }
-        Ok(UnfollowOutcome {
-            removed,
-            followed_back,
-            twin_pending: second.is_some(),
-        })
+        Ok((done, second.is_some()))
     }
 
     /// Makes the rows of the pair `{a, b}` agree with the truth (`following`): each
