@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use harness::TestServer;
 use relcache_client::{
-    build_table, Client, Cmd, Frame, LeaseOpts, Leased, LoadOpts, Pool, PoolConfig, PoolStatus,
-    Protocol,
+    build_table, Client, Cmd, Error, Frame, LeaseOpts, Leased, LoadOpts, Pool, PoolConfig,
+    PoolStatus, Protocol,
 };
 
 fn config(server: &TestServer) -> PoolConfig {
@@ -123,7 +123,11 @@ async fn a_full_pool_makes_callers_wait_within_the_connect_timeout() {
     assert_eq!(pool.status(), status(0, 2));
     let start = Instant::now();
     let err = pool.get().await.unwrap_err();
-    assert!(err.is_timeout(), "{err:?}");
+    assert!(matches!(err, Error::PoolBusy), "{err:?}");
+    assert!(
+        err.is_timeout() && !err.is_connection_lost(),
+        "nothing was lost"
+    );
     assert!(start.elapsed() >= Duration::from_millis(200));
     // The slot a connection frees goes with the connection: the next caller gets
     // it back rather than a new one.

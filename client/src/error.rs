@@ -36,6 +36,12 @@ pub enum Error {
     /// and was discarded; the command may or may not have run.
     #[error("timed out")]
     Timeout,
+    /// A [`Pool`](crate::Pool) had no free connection within the connect timeout:
+    /// every connection was busy with other calls. Nothing was sent, and nothing
+    /// says the server is unwell; the pool is too small for the load, or its
+    /// callers hold connections too long.
+    #[error("timed out waiting for a free connection in the pool")]
+    PoolBusy,
     /// The reply was well-formed RESP but not a shape the typed command can answer
     /// with (a server that does not implement the command as documented, or a
     /// different server altogether). The reply was read whole, so the connection
@@ -65,9 +71,10 @@ impl Error {
         matches!(self, Error::Closed)
     }
 
-    /// Whether a call timed out (see [`Error::Timeout`]).
+    /// Whether a call timed out: waiting for the server ([`Error::Timeout`]) or for
+    /// a free pooled connection ([`Error::PoolBusy`]).
     pub fn is_timeout(&self) -> bool {
-        matches!(self, Error::Timeout)
+        matches!(self, Error::Timeout | Error::PoolBusy)
     }
 
     /// Whether the reply had a shape the typed command did not expect.
@@ -113,6 +120,7 @@ mod tests {
         assert!(Error::Closed.is_closed() && Error::Closed.is_connection_lost());
         assert!(!Error::EmptyCommand.is_connection_lost());
         assert!(Error::Timeout.is_timeout() && Error::Timeout.is_connection_lost());
+        assert!(Error::PoolBusy.is_timeout() && !Error::PoolBusy.is_connection_lost());
         let odd = Error::UnexpectedReply("integer -1 to IDSET.CARD".into());
         assert!(odd.is_unexpected_reply() && !odd.is_connection_lost());
         assert_eq!(

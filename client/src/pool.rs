@@ -162,8 +162,8 @@ impl Pool {
     ///
     /// # Errors
     ///
-    /// - [`Error::Timeout`] if no connection was free and opened within
-    ///   `connect_timeout`.
+    /// - [`Error::PoolBusy`] if every connection stayed busy for `connect_timeout`;
+    ///   [`Error::Timeout`] if opening one did not finish within what was left.
     /// - [`Error::Io`] if connecting failed; [`Error::Server`] if the server refused
     ///   AUTH or HELLO.
     pub async fn get(&self) -> Result<PooledConn, Error> {
@@ -171,7 +171,7 @@ impl Pool {
         let slots = self.inner.slots.clone();
         let permit = timeout_at(deadline, slots.acquire_owned())
             .await
-            .map_err(|_| Error::Timeout)?
+            .map_err(|_| Error::PoolBusy)?
             .expect("the pool never closes its semaphore");
         let reused = loop {
             let Some(client) = self.inner.idle().pop() else {
