@@ -365,11 +365,17 @@ async fn with_the_cache_down_reads_and_writes_go_to_mysql() {
     assert_eq!(t.following_count(1).await.unwrap(), 2);
     assert_eq!(t.followers_among(3, 1).await.unwrap(), Vec::<u64>::new());
     let s = t.stats();
-    assert!(s.cache_errors.load(std::sync::atomic::Ordering::Relaxed) >= 5);
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    // Refused three times in a row (the default limit), the cache is skipped but
+    // for a probe a second.
+    assert!(t.cache_down());
+    assert!(load(&s.cache_errors) >= 3);
+    assert!(load(&s.cache_bypassed) >= 5, "later calls skipped it");
+    assert_eq!(load(&s.write_through_failures), 1);
     assert_eq!(
-        s.write_through_failures
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
+        t.suspect_sets(),
+        1,
+        "1's set, if cached, misses the follow of 3"
     );
 }
 

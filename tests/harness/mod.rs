@@ -6,6 +6,7 @@
 //! PING, never waited for with a sleep. The process is killed when the guard drops.
 #![allow(dead_code)]
 pub mod mariadb;
+pub mod proxy;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

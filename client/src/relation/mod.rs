@@ -10,9 +10,12 @@
 //!   fixes them, by full scan or from the recent-changes log.
 //! - [`service`]: [`Relations`](service::Relations), what an application calls: the
 //!   store behind the cache, filled under leases and written through.
+//! - `guard`: the service's view of the cache's health and of the cached sets it
+//!   may no longer trust.
 //!
 //! Only `service` talks to the cache; the rest is MySQL alone.
 
+mod guard;
 pub mod repair;
 pub mod schema;
 pub mod service;

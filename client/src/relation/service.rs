@@ -22,16 +22,20 @@
 //!
 //! When the cache is unreachable, reads are answered from MySQL; when MySQL is,
 //! cached users are still answered and everything else is an error, never a guess.
+//! A cache that keeps failing is skipped for a while rather than waited on by every
+//! call, and a set whose write-through was lost is never read back: see
+//! [`guard`](super::guard).
 //! Lists (newest first, paged) and follower counts come from MySQL's indexes: the
 //! cache holds membership, not order.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use relcache_protocol::idset::TableRef;
 
+use super::guard::Guard;
 use super::store::{Cursor, FollowOutcome, Page, Relation, Store, StoreError, UnfollowOutcome};
 use crate::{
     build_table, Cmd, Error as CacheError, Frame, LeaseOpts, Leased, LoadOpts, Pool, PooledConn,
@@ -51,6 +55,15 @@ pub struct RelationsConfig {
     /// How long a caller that misses while someone else fills waits for that fill
     /// before reading MySQL itself.
     pub lease_wait: Duration,
+    /// Consecutive transport failures (refused, reset, timed out) after which the
+    /// cache is taken for down and skipped.
+    pub cache_failure_limit: u32,
+    /// While the cache is down, how often one call probes it.
+    pub cache_retry_interval: Duration,
+    /// Users whose lost write-through this process remembers (and so never reads
+    /// their possibly stale set) until it can delete their sets. Past this, a lost
+    /// write-through is only counted, and the set's TTL bounds its staleness.
+    pub max_suspects: usize,
 }
 
 impl Default for RelationsConfig {
@@ -60,6 +73,9 @@ impl Default for RelationsConfig {
             cache_ttl: Some(Duration::from_secs(3600)),
             lease_ttl: Duration::from_secs(3),
             lease_wait: Duration::from_secs(2),
+            cache_failure_limit: 3,
+            cache_retry_interval: Duration::from_secs(1),
+            max_suspects: 1 << 20,
         }
     }
 }
@@ -85,11 +101,20 @@ pub struct TierStats {
     /// Reads answered from MySQL without filling: someone else held the lease
     /// for longer than `lease_wait`.
     pub busy_reads: AtomicU64,
-    /// Reads answered from MySQL because the cache failed.
+    /// Cache calls that failed (a reply that was an error, or none at all); the
+    /// read was answered from MySQL.
     pub cache_errors: AtomicU64,
-    /// Write-throughs that failed after the MySQL commit (the set is dropped if
-    /// the cache can still be reached, and otherwise expires with `cache_ttl`).
+    /// Calls that did not ask the cache: it was down, or the user's cached set was
+    /// suspect. Reads among them were answered from MySQL.
+    pub cache_bypassed: AtomicU64,
+    /// Write-throughs that did not reach the cache after the MySQL commit; each
+    /// makes the user's cached set suspect until it is deleted.
     pub write_through_failures: AtomicU64,
+    /// Suspect sets deleted from the cache once it answered again.
+    pub suspects_cleared: AtomicU64,
+    /// Lost write-throughs that could not be remembered (`max_suspects` reached):
+    /// the set's TTL is all that bounds their staleness.
+    pub suspects_dropped: AtomicU64,
 }
 
 /// The relation service over one cache node and the sharded MySQL store.
@@ -98,6 +123,7 @@ pub struct Relations {
     cache: Pool,
     store: Store,
     config: RelationsConfig,
+    guard: Guard,
     stats: TierStats,
 }
 
@@ -109,12 +135,28 @@ enum Filled {
     Ids(Vec<u64>),
 }
 
+/// A set read from MySQL by the lease holder, and the table built from it.
+struct FilledSet {
+    ids: Vec<u64>,
+    table: Bytes,
+}
+
+/// Suspect sets deleted with one `DEL`: enough to clear a long outage's backlog in
+/// few round trips, small enough that the call it precedes is barely delayed.
+const CLEAR_BATCH: usize = 1024;
+
 impl Relations {
     pub fn new(cache: Pool, store: Store, config: RelationsConfig) -> Relations {
+        let guard = Guard::new(
+            config.cache_failure_limit,
+            config.cache_retry_interval,
+            config.max_suspects,
+        );
         Relations {
             cache,
             store,
             config,
+            guard,
             stats: TierStats::default(),
         }
     }
@@ -129,6 +171,16 @@ impl Relations {
 
     pub fn stats(&self) -> &TierStats {
         &self.stats
+    }
+
+    /// Whether the cache is taken for down (calls skip it until a probe succeeds).
+    pub fn cache_down(&self) -> bool {
+        self.guard.is_down()
+    }
+
+    /// Users whose cached set is not trusted until it has been deleted.
+    pub fn suspect_sets(&self) -> usize {
+        self.guard.suspects()
     }
 
     /// The cache key holding `user`'s following set.
@@ -167,13 +219,29 @@ impl Relations {
     }
 
     /// Applies a committed change to the cached set. If the cache cannot be told,
-    /// the set must not outlive the change: it is deleted if the cache can still be
-    /// reached, and otherwise expires with `cache_ttl`.
+    /// the set (if cached) lacks the change: the user becomes suspect, read from
+    /// MySQL until the set is deleted.
     async fn write_through(&self, user: u64, cmd: Cmd<()>) {
-        if let Err(e) = self.cache.run(cmd).await {
-            self.stats.write_through_failures.fetch_add(1, Relaxed);
-            tracing::warn!(user, error = %e, "cache write-through failed; dropping the set");
-            let _ = self.cache.run(Cmd::del(&[self.cache_key(user)])).await;
+        let applied = match self.cache_conn().await {
+            Some(mut conn) => self.call(&mut conn, cmd).await.is_ok(),
+            None => false,
+        };
+        if applied {
+            return;
+        }
+        self.stats.write_through_failures.fetch_add(1, Relaxed);
+        if self.guard.suspect(user) {
+            tracing::warn!(
+                user,
+                "cache write-through lost; the cached set is not read until deleted"
+            );
+        } else {
+            self.stats.suspects_dropped.fetch_add(1, Relaxed);
+            tracing::error!(
+                user,
+                max_suspects = self.config.max_suspects,
+                "cache write-through lost and too many suspect sets to track; the cached set may be stale until its TTL"
+            );
         }
     }
 
@@ -195,31 +263,26 @@ impl Relations {
     ///
     /// As [`is_following`](Self::is_following).
     pub async fn which_followed(&self, a: u64, ids: &[u64]) -> Result<Vec<bool>, RelationError> {
-        let mut conn = match self.cache.get().await {
-            Ok(conn) => conn,
-            Err(e) => {
-                self.cache_failed(&e);
-                return Ok(self.store.which_followed(a, ids).await?);
-            }
+        let Some(mut conn) = self.conn_for(a).await else {
+            return Ok(self.store.which_followed(a, ids).await?);
         };
         let read = Cmd::idset_mexistsbin_lease(self.cache_key(a), ids, self.lease_opts());
-        match conn.run(read).await {
+        match self.call(&mut conn, read).await {
             Ok(Leased::Hit(bits)) => {
                 self.stats.cache_hits.fetch_add(1, Relaxed);
                 Ok(bits)
             }
             Ok(Leased::Granted(token)) => {
                 let set = self.fill(&mut conn, a, token).await?;
-                Ok(contains_each(&set, ids))
+                Ok(contains_each(&set.table, ids))
             }
             Ok(Leased::Busy) => {
                 drop(conn);
                 self.stats.busy_reads.fetch_add(1, Relaxed);
                 Ok(self.store.which_followed(a, ids).await?)
             }
-            Err(e) => {
+            Err(_) => {
                 drop(conn);
-                self.cache_failed(&e);
                 Ok(self.store.which_followed(a, ids).await?)
             }
         }
@@ -289,22 +352,23 @@ impl Relations {
         from_ids: fn(Vec<u64>) -> T,
     ) -> Result<T, RelationError> {
         for _ in 0..3 {
-            match self.cache.run(read(self.cache_key(user))).await {
+            let Some(mut conn) = self.conn_for(user).await else {
+                break;
+            };
+            match self.call(&mut conn, read(self.cache_key(user))).await {
                 Ok(Some(answer)) => {
                     self.stats.cache_hits.fetch_add(1, Relaxed);
                     return Ok(answer);
                 }
                 Ok(None) => {}
-                Err(e) => {
-                    self.cache_failed(&e);
-                    return Ok(from_ids(self.store.following_ids(user).await?));
-                }
+                Err(_) => break,
             }
-            if let Filled::Ids(ids) = self.lease_and_fill(user).await? {
+            if let Filled::Ids(ids) = self.lease_and_fill(conn, user).await? {
                 return Ok(from_ids(ids));
             }
         }
-        // Filled and evicted again, three times over: the cache is thrashing.
+        // The cache failed or was skipped, or the set was filled and evicted again
+        // three times over (the cache is thrashing).
         Ok(from_ids(self.store.following_ids(user).await?))
     }
 
@@ -315,24 +379,9 @@ impl Relations {
     ///
     /// As [`is_following`](Self::is_following).
     pub async fn common_following(&self, a: u64, b: u64) -> Result<Vec<u64>, RelationError> {
-        let (ka, kb) = (self.cache_key(a), self.cache_key(b));
-        // Both present and intersected atomically: SINTER alone would take a missing
-        // set for an empty one.
-        let cmd = |args: &[&[u8]]| args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
-        let batch: Vec<Vec<Bytes>> = vec![
-            cmd(&[b"MULTI"]),
-            cmd(&[b"EXISTS", &ka, &kb]),
-            cmd(&[b"SINTER", &ka, &kb]),
-            cmd(&[b"EXEC"]),
-        ];
-        match self.cache.pipeline(&batch).await {
-            Ok(mut replies) => {
-                if let Some(ids) = replies.pop().and_then(both_present_intersection) {
-                    self.stats.cache_hits.fetch_add(2, Relaxed);
-                    return Ok(ids);
-                }
-            }
-            Err(e) => self.cache_failed(&e),
+        if let Some(ids) = self.cached_intersection(a, b).await {
+            self.stats.cache_hits.fetch_add(2, Relaxed);
+            return Ok(ids);
         }
         let (sa, sb) = tokio::try_join!(self.following_set(a), self.following_set(b))?;
         let mut common: Vec<u64> = if sa.len() <= sb.len() {
@@ -344,6 +393,30 @@ impl Relations {
         };
         common.sort_unstable();
         Ok(common)
+    }
+
+    /// `SINTER` of both users' sets in the cache, if both are there and trusted.
+    async fn cached_intersection(&self, a: u64, b: u64) -> Option<Vec<u64>> {
+        let mut conn = self.conn_for(a).await?;
+        if self.guard.is_suspect(b) {
+            self.stats.cache_bypassed.fetch_add(1, Relaxed);
+            return None;
+        }
+        let (ka, kb) = (self.cache_key(a), self.cache_key(b));
+        // Both present and intersected atomically: SINTER alone would take a missing
+        // set for an empty one.
+        let frame = |args: &[&[u8]]| {
+            let args = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
+            Cmd::new(args, Ok)
+        };
+        let batch = vec![
+            frame(&[b"MULTI"]),
+            frame(&[b"EXISTS", &ka, &kb]),
+            frame(&[b"SINTER", &ka, &kb]),
+            frame(&[b"EXEC"]),
+        ];
+        let exec = self.call_pipeline(&mut conn, batch).await.ok()?.pop()?;
+        exec.ok().and_then(both_present_intersection)
     }
 
     /// Which of the people `a` follows follow `x` ("friends of yours who follow
@@ -359,18 +432,24 @@ impl Relations {
             return Ok(Vec::new());
         }
         let mut found = Vec::new();
-        let mut pending = candidates;
+        // Suspect sets are not asked about: they join what is read from MySQL.
+        let (mut pending, mut unasked): (Vec<u64>, Vec<u64>) = candidates
+            .into_iter()
+            .partition(|&u| !self.guard.is_suspect(u));
+        self.stats
+            .cache_bypassed
+            .fetch_add(unasked.len() as u64, Relaxed);
         // Round 1 asks the cache about everyone; round 2 about those whose sets
         // someone else filled meanwhile. What is left is read from MySQL.
         for _ in 0..2 {
-            let keys: Vec<Bytes> = pending.iter().map(|&u| self.cache_key(u)).collect();
-            let answers = match self.cache.run(Cmd::idset_which(x, &keys)).await {
-                Ok(answers) => answers,
-                Err(e) => {
-                    self.cache_failed(&e);
-                    break;
-                }
+            let Some(mut conn) = self.cache_conn().await else {
+                break;
             };
+            let keys: Vec<Bytes> = pending.iter().map(|&u| self.cache_key(u)).collect();
+            let Ok(answers) = self.call(&mut conn, Cmd::idset_which(x, &keys)).await else {
+                break;
+            };
+            drop(conn);
             let mut missing = Vec::new();
             for (&u, answer) in pending.iter().zip(answers) {
                 match answer {
@@ -395,8 +474,9 @@ impl Relations {
             );
             pending = present;
         }
-        if !pending.is_empty() {
-            let sets = self.store.following_ids_many(&pending).await?;
+        unasked.append(&mut pending);
+        if !unasked.is_empty() {
+            let sets = self.store.following_ids_many(&unasked).await?;
             found.extend(sets.iter().filter(|(_, s)| s.contains(&x)).map(|(u, _)| u));
         }
         found.sort_unstable();
@@ -444,12 +524,12 @@ impl Relations {
         conn: &mut PooledConn,
         user: u64,
         token: u64,
-    ) -> Result<Vec<u64>, RelationError> {
+    ) -> Result<FilledSet, RelationError> {
         let key = self.cache_key(user);
         let ids = match self.store.following_ids(user).await {
             Ok(ids) => ids,
             Err(e) => {
-                let _ = conn.run(Cmd::idset_release(key, token)).await;
+                let _ = self.call(conn, Cmd::idset_release(key, token)).await;
                 return Err(e.into());
             }
         };
@@ -457,46 +537,38 @@ impl Relations {
             ttl: self.config.cache_ttl,
             lease: Some(token),
         };
+        let table = Bytes::from(build_table(&ids));
         // Whether the cache took the fill changes nothing for this caller, whose
         // answer comes from `ids` either way.
-        match conn
-            .run(Cmd::idset_load_table(key, build_table(&ids), opts))
-            .await
-        {
+        let load = Cmd::idset_load_table(key, table.clone(), opts);
+        match self.call(conn, load).await {
             Ok(true) => self.stats.cache_fills.fetch_add(1, Relaxed),
             Ok(false) => self.stats.fills_refused.fetch_add(1, Relaxed),
-            Err(e) => {
-                self.cache_failed(&e);
-                0
-            }
+            Err(_) => 0,
         };
-        Ok(ids)
+        Ok(FilledSet { ids, table })
     }
 
-    /// After a miss that did not ask for a lease: asks for it, waiting if someone
-    /// else holds it, and fills the set if granted.
-    async fn lease_and_fill(&self, user: u64) -> Result<Filled, RelationError> {
-        let lease = match self.cache.get().await {
-            Ok(mut conn) => {
-                let lease = conn
-                    .run(Cmd::idset_lease(self.cache_key(user), self.lease_opts()))
-                    .await;
-                if let Ok(Leased::Granted(token)) = lease {
-                    return Ok(Filled::Ids(self.fill(&mut conn, user, token).await?));
-                }
-                lease
+    /// After a miss that did not ask for a lease: asks for it on `conn`, waiting if
+    /// someone else holds it, and fills the set if granted.
+    async fn lease_and_fill(
+        &self,
+        mut conn: PooledConn,
+        user: u64,
+    ) -> Result<Filled, RelationError> {
+        let lease = Cmd::idset_lease(self.cache_key(user), self.lease_opts());
+        match self.call(&mut conn, lease).await {
+            Ok(Leased::Granted(token)) => {
+                Ok(Filled::Ids(self.fill(&mut conn, user, token).await?.ids))
             }
-            Err(e) => Err(e),
-        };
-        match lease {
             Ok(Leased::Hit(())) => Ok(Filled::Present),
-            Ok(Leased::Granted(_)) => unreachable!("filled above"),
             Ok(Leased::Busy) => {
+                drop(conn);
                 self.stats.busy_reads.fetch_add(1, Relaxed);
                 Ok(Filled::Ids(self.store.following_ids(user).await?))
             }
-            Err(e) => {
-                self.cache_failed(&e);
+            Err(_) => {
+                drop(conn);
                 Ok(Filled::Ids(self.store.following_ids(user).await?))
             }
         }
@@ -515,28 +587,21 @@ impl Relations {
             wait: None,
         };
         // One connection for the leases and the fills (see [`PooledConn::run`]).
-        let mut conn = match self.cache.get().await {
-            Ok(conn) => conn,
-            Err(e) => {
-                self.cache_failed(&e);
-                return Ok((self.store.following_ids_many(users).await?, Vec::new()));
-            }
-        };
-        let leases = conn
-            .run_pipeline(
-                users
+        let leases = match self.cache_conn().await {
+            Some(mut conn) => {
+                let leases = users
                     .iter()
                     .map(|&u| Cmd::idset_lease(self.cache_key(u), opts))
-                    .collect(),
-            )
-            .await;
-        let leases = match leases {
-            Ok(l) => l,
-            Err(e) => {
-                drop(conn);
-                self.cache_failed(&e);
-                return Ok((self.store.following_ids_many(users).await?, Vec::new()));
+                    .collect();
+                self.call_pipeline(&mut conn, leases)
+                    .await
+                    .ok()
+                    .map(|leases| (conn, leases))
             }
+            None => None,
+        };
+        let Some((mut conn, leases)) = leases else {
+            return Ok((self.store.following_ids_many(users).await?, Vec::new()));
         };
         let (mut granted, mut later) = (Vec::new(), Vec::new());
         for (&u, lease) in users.iter().zip(leases) {
@@ -553,7 +618,7 @@ impl Relations {
                     .iter()
                     .map(|&(u, t)| Cmd::idset_release(self.cache_key(u), t))
                     .collect();
-                let _ = conn.run_pipeline(release).await;
+                let _ = self.call_pipeline(&mut conn, release).await;
                 return Err(e.into());
             }
         };
@@ -568,31 +633,108 @@ impl Relations {
                 Cmd::idset_load_table(self.cache_key(u), build_table(set), load_opts(t))
             })
             .collect();
-        match conn.run_pipeline(fills).await {
-            Ok(results) => {
-                for r in results {
-                    let counter = match r {
-                        Ok(true) => &self.stats.cache_fills,
-                        _ => &self.stats.fills_refused,
-                    };
-                    counter.fetch_add(1, Relaxed);
-                }
+        if let Ok(results) = self.call_pipeline(&mut conn, fills).await {
+            for r in results {
+                let counter = match r {
+                    Ok(true) => &self.stats.cache_fills,
+                    _ => &self.stats.fills_refused,
+                };
+                counter.fetch_add(1, Relaxed);
             }
-            Err(e) => self.cache_failed(&e),
         }
         Ok((sets, later))
     }
 
+    // The cache connection: health, suspect sets, outcomes.
+
+    /// A connection for reading `user`'s set, or `None` when the read must go to
+    /// MySQL: the cache is down or failed, or the user's cached set is suspect.
+    async fn conn_for(&self, user: u64) -> Option<PooledConn> {
+        let conn = self.cache_conn().await?;
+        if self.guard.is_suspect(user) {
+            self.stats.cache_bypassed.fetch_add(1, Relaxed);
+            return None;
+        }
+        Some(conn)
+    }
+
+    /// A cache connection, or `None` if the cache is down (skipped without asking)
+    /// or cannot be reached. Suspect sets are deleted on it first, so a cache that
+    /// answers again stops serving what it missed before anyone reads it here.
+    async fn cache_conn(&self) -> Option<PooledConn> {
+        if !self.guard.admit(Instant::now()) {
+            self.stats.cache_bypassed.fetch_add(1, Relaxed);
+            return None;
+        }
+        let mut conn = match self.cache.get().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                self.cache_failed(&e);
+                return None;
+            }
+        };
+        if let Some(batch) = self.guard.clearing(CLEAR_BATCH) {
+            let keys: Vec<Bytes> = batch.users().map(|u| self.cache_key(u)).collect();
+            if self.call(&mut conn, Cmd::del(&keys)).await.is_err() {
+                // The batch stays suspect; this connection is gone or unreliable.
+                return None;
+            }
+            let cleared = batch.done();
+            self.stats
+                .suspects_cleared
+                .fetch_add(cleared as u64, Relaxed);
+            tracing::info!(cleared, "suspect sets deleted from the cache");
+        }
+        Some(conn)
+    }
+
+    /// Runs `cmd` on `conn`, reporting the outcome to the guard.
+    async fn call<T>(&self, conn: &mut PooledConn, cmd: Cmd<T>) -> Result<T, CacheError> {
+        let reply = conn.run(cmd).await;
+        self.report(reply.as_ref().err());
+        reply
+    }
+
+    /// Runs a pipeline on `conn`, reporting the outcome to the guard.
+    async fn call_pipeline<T>(
+        &self,
+        conn: &mut PooledConn,
+        cmds: Vec<Cmd<T>>,
+    ) -> Result<Vec<Result<T, CacheError>>, CacheError> {
+        let replies = conn.run_pipeline(cmds).await;
+        self.report(replies.as_ref().err());
+        replies
+    }
+
+    fn report(&self, error: Option<&CacheError>) {
+        match error {
+            None => self.guard.succeeded(),
+            Some(e) => self.cache_failed(e),
+        }
+    }
+
+    /// Counts a failed cache call. Only a transport failure counts against the
+    /// cache's health; an error reply is an answer, and a busy pool says nothing
+    /// about the cache either way.
     fn cache_failed(&self, e: &CacheError) {
         self.stats.cache_errors.fetch_add(1, Relaxed);
-        tracing::warn!(error = %e, "cache unavailable; answering from MySQL");
+        if !e.is_connection_lost() {
+            if e.is_server() || e.is_unexpected_reply() {
+                self.guard.succeeded();
+            }
+            tracing::warn!(error = %e, "cache call failed; answering from MySQL");
+        } else if self.guard.failed(Instant::now()) {
+            tracing::warn!(error = %e, retry_in = ?self.config.cache_retry_interval, "cache down; answering from MySQL");
+        } else {
+            tracing::warn!(error = %e, "cache unreachable; answering from MySQL");
+        }
     }
 }
 
-/// Membership of each of `ids` in `set`, through the same table the cache holds.
-fn contains_each(set: &[u64], ids: &[u64]) -> Vec<bool> {
-    let table = build_table(set);
-    let table = TableRef::open(&table).expect("a freshly built table is valid");
+/// Membership of each of `ids` in a freshly built `table`, as the cache would
+/// answer it.
+fn contains_each(table: &[u8], ids: &[u64]) -> Vec<bool> {
+    let table = TableRef::open(table).expect("a freshly built table is valid");
     ids.iter().map(|&id| table.contains(id)).collect()
 }
 

@@ -1,0 +1,246 @@
+//! What the relation service knows about its cache beyond any one call: whether the
+//! cache is answering at all, and which cached sets it may no longer trust because a
+//! change committed in MySQL never reached them.
+//!
+//! - **A cache that keeps failing is skipped for a while.** After `failure_limit`
+//!   consecutive transport failures (connection refused or reset, a timeout) the
+//!   cache is *down*: reads go straight to MySQL instead of each waiting out a
+//!   timeout first. Every `retry_interval` one caller is let through as a probe; the
+//!   first call that succeeds brings the cache back. (mcrouter's TKO and twemproxy's
+//!   `server_failure_limit` / `server_retry_timeout` are the same idea.)
+//! - **A set whose write-through was lost is suspect until its key is deleted.**
+//!   When a follow commits in MySQL but the cache could not be told (the call
+//!   failed, or the cache was down), a cached copy of the follower's set — if there
+//!   is one — lacks the change. That user is *suspect*: the service reads their set
+//!   from MySQL, never from the cache, until a `DEL` of the key has succeeded; the
+//!   service sends it ahead of its next cache call once the cache answers. Each lost
+//!   change bumps the user's generation, so a `DEL` that was in flight when a newer
+//!   change was lost clears only what it covered.
+//!
+//! The suspect list lives in this process: another service process may read a
+//! stale set until the `DEL` lands, and if this process dies first the set's TTL is
+//! what bounds it. The list is bounded (`max_suspects`); a lost change past the
+//! bound is reported to the caller, who can only count it.
+//!
+//! Synchronous and socket-free: the service asks before a call and reports after.
+//! One `std` mutex guards the state because every critical section is a few field
+//! updates with no await inside, far cheaper than the round trip it decides on.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Cache health and the suspect sets; see the module docs.
+#[derive(Debug)]
+pub(crate) struct Guard {
+    failure_limit: u32,
+    retry_interval: Duration,
+    max_suspects: usize,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Transport failures since the last success.
+    failures: u32,
+    /// While the cache is down: when the next probe may go.
+    retry_at: Option<Instant>,
+    /// Users whose cached set may lack a committed change, each with the
+    /// generation of the newest such change.
+    suspects: HashMap<u64, u64>,
+    generation: u64,
+    /// A caller is deleting suspect keys; others need not send the same `DEL`.
+    clearing: bool,
+}
+
+impl Guard {
+    pub fn new(failure_limit: u32, retry_interval: Duration, max_suspects: usize) -> Guard {
+        Guard {
+            failure_limit: failure_limit.max(1),
+            retry_interval,
+            max_suspects,
+            state: Mutex::default(),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic elsewhere while holding this lock cannot leave the fields
+        // inconsistent (each update is a single assignment), so a poisoned lock is
+        // still usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a call may use the cache now. While the cache is down this answers
+    /// true once per `retry_interval`: that call is the probe.
+    pub fn admit(&self, now: Instant) -> bool {
+        let mut s = self.state();
+        match s.retry_at {
+            None => true,
+            Some(at) if now >= at => {
+                // Push the next probe out now, so a probe whose caller is cancelled
+                // before it reports does not leave the cache down for good.
+                s.retry_at = Some(now + self.retry_interval);
+                true
+            }
+            Some(_) => false,
+        }
+    }
+
+    /// The cache answered (any reply, errors included).
+    pub fn succeeded(&self) {
+        let mut s = self.state();
+        s.failures = 0;
+        s.retry_at = None;
+    }
+
+    /// A call failed in transport. Answers true if the cache is down now.
+    pub fn failed(&self, now: Instant) -> bool {
+        let mut s = self.state();
+        s.failures = s.failures.saturating_add(1);
+        if s.failures >= self.failure_limit || s.retry_at.is_some() {
+            s.retry_at = Some(now + self.retry_interval);
+        }
+        s.retry_at.is_some()
+    }
+
+    /// Whether the cache is down: calls skip it, but for a probe now and then.
+    pub fn is_down(&self) -> bool {
+        self.state().retry_at.is_some()
+    }
+
+    /// `user`'s cached set may lack a committed change. Answers false if the list is
+    /// full and the user could not be added.
+    pub fn suspect(&self, user: u64) -> bool {
+        let mut s = self.state();
+        if s.suspects.len() >= self.max_suspects && !s.suspects.contains_key(&user) {
+            return false;
+        }
+        s.generation += 1;
+        let generation = s.generation;
+        s.suspects.insert(user, generation);
+        true
+    }
+
+    pub fn is_suspect(&self, user: u64) -> bool {
+        self.state().suspects.contains_key(&user)
+    }
+
+    pub fn suspects(&self) -> usize {
+        self.state().suspects.len()
+    }
+
+    /// Up to `max` suspect users for this caller to delete, unless there are none or
+    /// another caller is already at it. Dropping the batch without
+    /// [`Clearing::done`] leaves every user suspect.
+    pub fn clearing(&self, max: usize) -> Option<Clearing<'_>> {
+        let mut s = self.state();
+        if s.clearing || s.suspects.is_empty() {
+            return None;
+        }
+        s.clearing = true;
+        let batch = s.suspects.iter().take(max).map(|(&u, &g)| (u, g)).collect();
+        Some(Clearing { guard: self, batch })
+    }
+}
+
+/// Suspect users being deleted from the cache by one caller.
+#[must_use = "dropped without done(), every user stays suspect"]
+pub(crate) struct Clearing<'a> {
+    guard: &'a Guard,
+    batch: Vec<(u64, u64)>,
+}
+
+impl Clearing<'_> {
+    pub fn users(&self) -> impl Iterator<Item = u64> + '_ {
+        self.batch.iter().map(|&(u, _)| u)
+    }
+
+    /// Their keys are deleted: each user is trusted again unless a newer change was
+    /// lost meanwhile. Answers how many were cleared.
+    pub fn done(self) -> usize {
+        let mut s = self.guard.state();
+        let before = s.suspects.len();
+        for &(user, generation) in &self.batch {
+            if s.suspects.get(&user) == Some(&generation) {
+                s.suspects.remove(&user);
+            }
+        }
+        before - s.suspects.len()
+    }
+}
+
+impl Drop for Clearing<'_> {
+    fn drop(&mut self) {
+        self.guard.state().clearing = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn the_cache_goes_down_after_the_limit_and_is_probed_once_per_interval() {
+        let g = Guard::new(3, SEC, 10);
+        let t0 = Instant::now();
+        assert!(g.admit(t0));
+        assert!(!g.failed(t0));
+        assert!(!g.failed(t0));
+        g.succeeded();
+        assert!(!g.failed(t0), "a success resets the count");
+        assert!(!g.failed(t0));
+        assert!(g.failed(t0), "third consecutive failure");
+        assert!(g.is_down());
+        assert!(!g.admit(t0 + SEC / 2), "skipped within the interval");
+        assert!(g.admit(t0 + SEC), "one probe when it is up");
+        assert!(!g.admit(t0 + SEC), "only one");
+        assert!(g.failed(t0 + SEC), "a failed probe keeps it down");
+        assert!(!g.admit(t0 + SEC + SEC / 2));
+        assert!(g.admit(t0 + 2 * SEC));
+        g.succeeded();
+        assert!(!g.is_down());
+        assert!(g.admit(t0 + 2 * SEC));
+    }
+
+    #[test]
+    fn a_probe_whose_caller_vanished_is_retried_after_another_interval() {
+        let g = Guard::new(1, SEC, 10);
+        let t0 = Instant::now();
+        g.failed(t0);
+        assert!(g.admit(t0 + SEC), "probe, never reported");
+        assert!(!g.admit(t0 + SEC + SEC / 2));
+        assert!(g.admit(t0 + 2 * SEC), "the next probe");
+    }
+
+    #[test]
+    fn suspects_clear_only_up_to_the_generation_deleted() {
+        let g = Guard::new(1, SEC, 10);
+        assert!(g.suspect(1) && g.suspect(2));
+        let batch = g.clearing(10).expect("suspects to clear");
+        assert!(g.clearing(10).is_none(), "one clearer at a time");
+        let mut users: Vec<u64> = batch.users().collect();
+        users.sort_unstable();
+        assert_eq!(users, [1, 2]);
+        assert!(g.suspect(2), "a newer change to 2 is lost meanwhile");
+        assert_eq!(batch.done(), 1);
+        assert!(!g.is_suspect(1));
+        assert!(g.is_suspect(2), "the DEL may have run before that change");
+        let batch = g.clearing(10).expect("2 is left");
+        drop(batch);
+        assert!(g.is_suspect(2), "an abandoned batch clears nothing");
+        assert_eq!(g.clearing(1).map(Clearing::done), Some(1));
+        assert_eq!(g.suspects(), 0);
+        assert!(g.clearing(10).is_none());
+    }
+
+    #[test]
+    fn the_suspect_list_is_bounded() {
+        let g = Guard::new(1, SEC, 2);
+        assert!(g.suspect(1) && g.suspect(2));
+        assert!(!g.suspect(3), "full");
+        assert!(g.suspect(2), "one already listed can still be bumped");
+        assert_eq!(g.suspects(), 2);
+    }
+}
