@@ -23,10 +23,13 @@
 //! bound is reported to the caller, who can only count it.
 //!
 //! Synchronous and socket-free: the service asks before a call and reports after.
-//! One `std` mutex guards the state because every critical section is a few field
-//! updates with no await inside, far cheaper than the round trip it decides on.
+//! While the cache is healthy and nothing is suspect, every question is answered
+//! from atomic flags and takes no lock, so calls on many cores share no written
+//! cache line. Once something is wrong, one `std` mutex guards the state: each
+//! critical section is a few field updates with no await inside.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Acquire, Ordering::Release};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -36,6 +39,13 @@ pub(crate) struct Guard {
     failure_limit: u32,
     retry_interval: Duration,
     max_suspects: usize,
+    /// Mirrors of `state` for the lock-free healthy path, written only under the
+    /// lock: a failure was seen since the last success…
+    troubled: AtomicBool,
+    /// …the cache is down…
+    down: AtomicBool,
+    /// …and how many users are suspect.
+    suspect_count: AtomicUsize,
     state: Mutex<State>,
 }
 
@@ -59,6 +69,9 @@ impl Guard {
             failure_limit: failure_limit.max(1),
             retry_interval,
             max_suspects,
+            troubled: AtomicBool::new(false),
+            down: AtomicBool::new(false),
+            suspect_count: AtomicUsize::new(0),
             state: Mutex::default(),
         }
     }
@@ -73,6 +86,9 @@ impl Guard {
     /// Whether a call may use the cache now. While the cache is down this answers
     /// true once per `retry_interval`: that call is the probe.
     pub fn admit(&self, now: Instant) -> bool {
+        if !self.down.load(Acquire) {
+            return true;
+        }
         let mut s = self.state();
         match s.retry_at {
             None => true,
@@ -88,9 +104,14 @@ impl Guard {
 
     /// The cache answered (any reply, errors included).
     pub fn succeeded(&self) {
+        if !self.troubled.load(Acquire) {
+            return;
+        }
         let mut s = self.state();
         s.failures = 0;
         s.retry_at = None;
+        self.down.store(false, Release);
+        self.troubled.store(false, Release);
     }
 
     /// A call failed in transport. Answers true if the cache is down now.
@@ -100,12 +121,15 @@ impl Guard {
         if s.failures >= self.failure_limit || s.retry_at.is_some() {
             s.retry_at = Some(now + self.retry_interval);
         }
-        s.retry_at.is_some()
+        let down = s.retry_at.is_some();
+        self.troubled.store(true, Release);
+        self.down.store(down, Release);
+        down
     }
 
     /// Whether the cache is down: calls skip it, but for a probe now and then.
     pub fn is_down(&self) -> bool {
-        self.state().retry_at.is_some()
+        self.down.load(Acquire)
     }
 
     /// `user`'s cached set may lack a committed change. Answers false if the list is
@@ -118,21 +142,25 @@ impl Guard {
         s.generation += 1;
         let generation = s.generation;
         s.suspects.insert(user, generation);
+        self.suspect_count.store(s.suspects.len(), Release);
         true
     }
 
     pub fn is_suspect(&self, user: u64) -> bool {
-        self.state().suspects.contains_key(&user)
+        self.suspects() > 0 && self.state().suspects.contains_key(&user)
     }
 
     pub fn suspects(&self) -> usize {
-        self.state().suspects.len()
+        self.suspect_count.load(Acquire)
     }
 
     /// Up to `max` suspect users for this caller to delete, unless there are none or
     /// another caller is already at it. Dropping the batch without
     /// [`Clearing::done`] leaves every user suspect.
     pub fn clearing(&self, max: usize) -> Option<Clearing<'_>> {
+        if self.suspects() == 0 {
+            return None;
+        }
         let mut s = self.state();
         if s.clearing || s.suspects.is_empty() {
             return None;
@@ -165,6 +193,7 @@ impl Clearing<'_> {
                 s.suspects.remove(&user);
             }
         }
+        self.guard.suspect_count.store(s.suspects.len(), Release);
         before - s.suspects.len()
     }
 }
