@@ -23,23 +23,24 @@
 //! When the cache is unreachable, reads are answered from MySQL; when MySQL is,
 //! cached users are still answered and everything else is an error, never a guess.
 //! A cache that keeps failing is skipped for a while rather than waited on by every
-//! call, and a set whose write-through was lost is never read back: see
-//! [`guard`](super::guard).
+//! call ([`RelationsConfig::cache_failure_limit`]), and a set whose write-through
+//! was lost is never read back by this process: it is read from MySQL until its key
+//! has been deleted ([`RelationsConfig::max_suspects`]).
 //! Lists (newest first, paged) and follower counts come from MySQL's indexes: the
 //! cache holds membership, not order.
 
-use std::collections::HashMap;
+mod cache;
+mod fill;
+
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use relcache_protocol::idset::TableRef;
 
 use super::guard::Guard;
 use super::store::{Cursor, FollowOutcome, Page, Relation, Store, StoreError, UnfollowOutcome};
-use crate::{
-    build_table, Cmd, Error as CacheError, Frame, LeaseOpts, Leased, LoadOpts, Pool, PooledConn,
-};
+use crate::{Cmd, Frame, LeaseOpts, Leased, Pool};
 
 /// How the service uses the cache.
 #[derive(Clone, Debug)]
@@ -512,222 +513,6 @@ impl Relations {
         limit: u32,
     ) -> Result<Page, RelationError> {
         Ok(self.store.followers_page(a, cursor, limit).await?)
-    }
-
-    // Filling.
-
-    /// Reads `user`'s set from MySQL and stores it under the lease `token`, on the
-    /// connection that won the lease (see [`PooledConn::run`]). On a MySQL failure
-    /// the lease is released, so waiters need not sit out its TTL.
-    async fn fill(
-        &self,
-        conn: &mut PooledConn,
-        user: u64,
-        token: u64,
-    ) -> Result<FilledSet, RelationError> {
-        let key = self.cache_key(user);
-        let ids = match self.store.following_ids(user).await {
-            Ok(ids) => ids,
-            Err(e) => {
-                let _ = self.call(conn, Cmd::idset_release(key, token)).await;
-                return Err(e.into());
-            }
-        };
-        let opts = LoadOpts {
-            ttl: self.config.cache_ttl,
-            lease: Some(token),
-        };
-        let table = Bytes::from(build_table(&ids));
-        // Whether the cache took the fill changes nothing for this caller, whose
-        // answer comes from `ids` either way.
-        let load = Cmd::idset_load_table(key, table.clone(), opts);
-        match self.call(conn, load).await {
-            Ok(true) => self.stats.cache_fills.fetch_add(1, Relaxed),
-            Ok(false) => self.stats.fills_refused.fetch_add(1, Relaxed),
-            Err(_) => 0,
-        };
-        Ok(FilledSet { ids, table })
-    }
-
-    /// After a miss that did not ask for a lease: asks for it on `conn`, waiting if
-    /// someone else holds it, and fills the set if granted.
-    async fn lease_and_fill(
-        &self,
-        mut conn: PooledConn,
-        user: u64,
-    ) -> Result<Filled, RelationError> {
-        let lease = Cmd::idset_lease(self.cache_key(user), self.lease_opts());
-        match self.call(&mut conn, lease).await {
-            Ok(Leased::Granted(token)) => {
-                Ok(Filled::Ids(self.fill(&mut conn, user, token).await?.ids))
-            }
-            Ok(Leased::Hit(())) => Ok(Filled::Present),
-            Ok(Leased::Busy) => {
-                drop(conn);
-                self.stats.busy_reads.fetch_add(1, Relaxed);
-                Ok(Filled::Ids(self.store.following_ids(user).await?))
-            }
-            Err(_) => {
-                drop(conn);
-                Ok(Filled::Ids(self.store.following_ids(user).await?))
-            }
-        }
-    }
-
-    /// Fills many missing sets at once: leases asked for in one pipeline, the sets
-    /// granted read in one MySQL query per shard and stored in one pipeline. Returns
-    /// the sets read, and the users someone else holds a lease for or filled
-    /// meanwhile (ask the cache again).
-    async fn fill_many(
-        &self,
-        users: &[u64],
-    ) -> Result<(HashMap<u64, Vec<u64>>, Vec<u64>), RelationError> {
-        let opts = LeaseOpts {
-            px: Some(self.config.lease_ttl),
-            wait: None,
-        };
-        // One connection for the leases and the fills (see [`PooledConn::run`]).
-        let leases = match self.cache_conn().await {
-            Some(mut conn) => {
-                let leases = users
-                    .iter()
-                    .map(|&u| Cmd::idset_lease(self.cache_key(u), opts))
-                    .collect();
-                self.call_pipeline(&mut conn, leases)
-                    .await
-                    .ok()
-                    .map(|leases| (conn, leases))
-            }
-            None => None,
-        };
-        let Some((mut conn, leases)) = leases else {
-            return Ok((self.store.following_ids_many(users).await?, Vec::new()));
-        };
-        let (mut granted, mut later) = (Vec::new(), Vec::new());
-        for (&u, lease) in users.iter().zip(leases) {
-            match lease {
-                Ok(Leased::Granted(token)) => granted.push((u, token)),
-                _ => later.push(u),
-            }
-        }
-        let ids: Vec<u64> = granted.iter().map(|&(u, _)| u).collect();
-        let sets = match self.store.following_ids_many(&ids).await {
-            Ok(sets) => sets,
-            Err(e) => {
-                let release = granted
-                    .iter()
-                    .map(|&(u, t)| Cmd::idset_release(self.cache_key(u), t))
-                    .collect();
-                let _ = self.call_pipeline(&mut conn, release).await;
-                return Err(e.into());
-            }
-        };
-        let load_opts = |token| LoadOpts {
-            ttl: self.config.cache_ttl,
-            lease: Some(token),
-        };
-        let fills = granted
-            .iter()
-            .map(|&(u, t)| {
-                let set = sets.get(&u).map_or(&[][..], Vec::as_slice);
-                Cmd::idset_load_table(self.cache_key(u), build_table(set), load_opts(t))
-            })
-            .collect();
-        if let Ok(results) = self.call_pipeline(&mut conn, fills).await {
-            for r in results {
-                let counter = match r {
-                    Ok(true) => &self.stats.cache_fills,
-                    _ => &self.stats.fills_refused,
-                };
-                counter.fetch_add(1, Relaxed);
-            }
-        }
-        Ok((sets, later))
-    }
-
-    // The cache connection: health, suspect sets, outcomes.
-
-    /// A connection for reading `user`'s set, or `None` when the read must go to
-    /// MySQL: the cache is down or failed, or the user's cached set is suspect.
-    async fn conn_for(&self, user: u64) -> Option<PooledConn> {
-        let conn = self.cache_conn().await?;
-        if self.guard.is_suspect(user) {
-            self.stats.cache_bypassed.fetch_add(1, Relaxed);
-            return None;
-        }
-        Some(conn)
-    }
-
-    /// A cache connection, or `None` if the cache is down (skipped without asking)
-    /// or cannot be reached. Suspect sets are deleted on it first, so a cache that
-    /// answers again stops serving what it missed before anyone reads it here.
-    async fn cache_conn(&self) -> Option<PooledConn> {
-        if !self.guard.admit(Instant::now()) {
-            self.stats.cache_bypassed.fetch_add(1, Relaxed);
-            return None;
-        }
-        let mut conn = match self.cache.get().await {
-            Ok(conn) => conn,
-            Err(e) => {
-                self.cache_failed(&e);
-                return None;
-            }
-        };
-        if let Some(batch) = self.guard.clearing(CLEAR_BATCH) {
-            let keys: Vec<Bytes> = batch.users().map(|u| self.cache_key(u)).collect();
-            if self.call(&mut conn, Cmd::del(&keys)).await.is_err() {
-                // The batch stays suspect; this connection is gone or unreliable.
-                return None;
-            }
-            let cleared = batch.done();
-            self.stats
-                .suspects_cleared
-                .fetch_add(cleared as u64, Relaxed);
-            tracing::info!(cleared, "suspect sets deleted from the cache");
-        }
-        Some(conn)
-    }
-
-    /// Runs `cmd` on `conn`, reporting the outcome to the guard.
-    async fn call<T>(&self, conn: &mut PooledConn, cmd: Cmd<T>) -> Result<T, CacheError> {
-        let reply = conn.run(cmd).await;
-        self.report(reply.as_ref().err());
-        reply
-    }
-
-    /// Runs a pipeline on `conn`, reporting the outcome to the guard.
-    async fn call_pipeline<T>(
-        &self,
-        conn: &mut PooledConn,
-        cmds: Vec<Cmd<T>>,
-    ) -> Result<Vec<Result<T, CacheError>>, CacheError> {
-        let replies = conn.run_pipeline(cmds).await;
-        self.report(replies.as_ref().err());
-        replies
-    }
-
-    fn report(&self, error: Option<&CacheError>) {
-        match error {
-            None => self.guard.succeeded(),
-            Some(e) => self.cache_failed(e),
-        }
-    }
-
-    /// Counts a failed cache call. Only a transport failure counts against the
-    /// cache's health; an error reply is an answer, and a busy pool says nothing
-    /// about the cache either way.
-    fn cache_failed(&self, e: &CacheError) {
-        self.stats.cache_errors.fetch_add(1, Relaxed);
-        if !e.is_connection_lost() {
-            if e.is_server() || e.is_unexpected_reply() {
-                self.guard.succeeded();
-            }
-            tracing::warn!(error = %e, "cache call failed; answering from MySQL");
-        } else if self.guard.failed(Instant::now()) {
-            tracing::warn!(error = %e, retry_in = ?self.config.cache_retry_interval, "cache down; answering from MySQL");
-        } else {
-            tracing::warn!(error = %e, "cache unreachable; answering from MySQL");
-        }
     }
 }
 

@@ -1,0 +1,101 @@
+//! Every cache call goes through here: the guard decides whether the cache is asked
+//! at all (it may be down, or the user's set suspect), suspect sets are deleted
+//! ahead of the next call once the cache answers, and each call's outcome is
+//! reported back to the guard. See [`guard`](crate::relation::guard).
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::{Relations, CLEAR_BATCH};
+use crate::{Cmd, Error as CacheError, PooledConn};
+
+impl Relations {
+    /// A connection for reading `user`'s set, or `None` when the read must go to
+    /// MySQL: the cache is down or failed, or the user's cached set is suspect.
+    pub(super) async fn conn_for(&self, user: u64) -> Option<PooledConn> {
+        let conn = self.cache_conn().await?;
+        if self.guard.is_suspect(user) {
+            self.stats.cache_bypassed.fetch_add(1, Relaxed);
+            return None;
+        }
+        Some(conn)
+    }
+
+    /// A cache connection, or `None` if the cache is down (skipped without asking)
+    /// or cannot be reached. Suspect sets are deleted on it first, so a cache that
+    /// answers again stops serving what it missed before anyone reads it here.
+    pub(super) async fn cache_conn(&self) -> Option<PooledConn> {
+        if !self.guard.admit(Instant::now()) {
+            self.stats.cache_bypassed.fetch_add(1, Relaxed);
+            return None;
+        }
+        let mut conn = match self.cache.get().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                self.cache_failed(&e);
+                return None;
+            }
+        };
+        if let Some(batch) = self.guard.clearing(CLEAR_BATCH) {
+            let keys: Vec<Bytes> = batch.users().map(|u| self.cache_key(u)).collect();
+            if self.call(&mut conn, Cmd::del(&keys)).await.is_err() {
+                // The batch stays suspect; this connection is gone or unreliable.
+                return None;
+            }
+            let cleared = batch.done();
+            self.stats
+                .suspects_cleared
+                .fetch_add(cleared as u64, Relaxed);
+            tracing::info!(cleared, "suspect sets deleted from the cache");
+        }
+        Some(conn)
+    }
+
+    /// Runs `cmd` on `conn`, reporting the outcome to the guard.
+    pub(super) async fn call<T>(
+        &self,
+        conn: &mut PooledConn,
+        cmd: Cmd<T>,
+    ) -> Result<T, CacheError> {
+        let reply = conn.run(cmd).await;
+        self.report(reply.as_ref().err());
+        reply
+    }
+
+    /// Runs a pipeline on `conn`, reporting the outcome to the guard.
+    pub(super) async fn call_pipeline<T>(
+        &self,
+        conn: &mut PooledConn,
+        cmds: Vec<Cmd<T>>,
+    ) -> Result<Vec<Result<T, CacheError>>, CacheError> {
+        let replies = conn.run_pipeline(cmds).await;
+        self.report(replies.as_ref().err());
+        replies
+    }
+
+    fn report(&self, error: Option<&CacheError>) {
+        match error {
+            None => self.guard.succeeded(),
+            Some(e) => self.cache_failed(e),
+        }
+    }
+
+    /// Counts a failed cache call. Only a transport failure counts against the
+    /// cache's health; an error reply is an answer, and a busy pool says nothing
+    /// about the cache either way.
+    fn cache_failed(&self, e: &CacheError) {
+        self.stats.cache_errors.fetch_add(1, Relaxed);
+        if !e.is_connection_lost() {
+            if e.is_server() || e.is_unexpected_reply() {
+                self.guard.succeeded();
+            }
+            tracing::warn!(error = %e, "cache call failed; answering from MySQL");
+        } else if self.guard.failed(Instant::now()) {
+            tracing::warn!(error = %e, retry_in = ?self.config.cache_retry_interval, "cache down; answering from MySQL");
+        } else {
+            tracing::warn!(error = %e, "cache unreachable; answering from MySQL");
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Filling missed sets: the lease holder's side of the read-through protocol. One
+//! caller, holding the key's lease, reads the whole set from MySQL, builds the table
+//! here and stores it with one command carrying the token, on the connection that
+//! won the lease; if MySQL fails it gives the lease back.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+
+use bytes::Bytes;
+
+use super::{Filled, FilledSet, RelationError, Relations};
+use crate::{build_table, Cmd, LeaseOpts, Leased, LoadOpts, PooledConn};
+
+impl Relations {
+    /// Reads `user`'s set from MySQL and stores it under the lease `token`, on the
+    /// connection that won the lease (see [`PooledConn::run`]). On a MySQL failure
+    /// the lease is released, so waiters need not sit out its TTL.
+    pub(super) async fn fill(
+        &self,
+        conn: &mut PooledConn,
+        user: u64,
+        token: u64,
+    ) -> Result<FilledSet, RelationError> {
+        let key = self.cache_key(user);
+        let ids = match self.store.following_ids(user).await {
+            Ok(ids) => ids,
+            Err(e) => {
+                let _ = self.call(conn, Cmd::idset_release(key, token)).await;
+                return Err(e.into());
+            }
+        };
+        let opts = LoadOpts {
+            ttl: self.config.cache_ttl,
+            lease: Some(token),
+        };
+        let table = Bytes::from(build_table(&ids));
+        // Whether the cache took the fill changes nothing for this caller, whose
+        // answer comes from `ids` either way.
+        let load = Cmd::idset_load_table(key, table.clone(), opts);
+        match self.call(conn, load).await {
+            Ok(true) => self.stats.cache_fills.fetch_add(1, Relaxed),
+            Ok(false) => self.stats.fills_refused.fetch_add(1, Relaxed),
+            Err(_) => 0,
+        };
+        Ok(FilledSet { ids, table })
+    }
+
+    /// After a miss that did not ask for a lease: asks for it on `conn`, waiting if
+    /// someone else holds it, and fills the set if granted.
+    pub(super) async fn lease_and_fill(
+        &self,
+        mut conn: PooledConn,
+        user: u64,
+    ) -> Result<Filled, RelationError> {
+        let lease = Cmd::idset_lease(self.cache_key(user), self.lease_opts());
+        match self.call(&mut conn, lease).await {
+            Ok(Leased::Granted(token)) => {
+                Ok(Filled::Ids(self.fill(&mut conn, user, token).await?.ids))
+            }
+            Ok(Leased::Hit(())) => Ok(Filled::Present),
+            Ok(Leased::Busy) => {
+                drop(conn);
+                self.stats.busy_reads.fetch_add(1, Relaxed);
+                Ok(Filled::Ids(self.store.following_ids(user).await?))
+            }
+            Err(_) => {
+                drop(conn);
+                Ok(Filled::Ids(self.store.following_ids(user).await?))
+            }
+        }
+    }
+
+    /// Fills many missing sets at once: leases asked for in one pipeline, the sets
+    /// granted read in one MySQL query per shard and stored in one pipeline. Returns
+    /// the sets read, and the users someone else holds a lease for or filled
+    /// meanwhile (ask the cache again).
+    pub(super) async fn fill_many(
+        &self,
+        users: &[u64],
+    ) -> Result<(HashMap<u64, Vec<u64>>, Vec<u64>), RelationError> {
+        let opts = LeaseOpts {
+            px: Some(self.config.lease_ttl),
+            wait: None,
+        };
+        // One connection for the leases and the fills (see [`PooledConn::run`]).
+        let leases = match self.cache_conn().await {
+            Some(mut conn) => {
+                let leases = users
+                    .iter()
+                    .map(|&u| Cmd::idset_lease(self.cache_key(u), opts))
+                    .collect();
+                self.call_pipeline(&mut conn, leases)
+                    .await
+                    .ok()
+                    .map(|leases| (conn, leases))
+            }
+            None => None,
+        };
+        let Some((mut conn, leases)) = leases else {
+            return Ok((self.store.following_ids_many(users).await?, Vec::new()));
+        };
+        let (mut granted, mut later) = (Vec::new(), Vec::new());
+        for (&u, lease) in users.iter().zip(leases) {
+            match lease {
+                Ok(Leased::Granted(token)) => granted.push((u, token)),
+                _ => later.push(u),
+            }
+        }
+        let ids: Vec<u64> = granted.iter().map(|&(u, _)| u).collect();
+        let sets = match self.store.following_ids_many(&ids).await {
+            Ok(sets) => sets,
+            Err(e) => {
+                let release = granted
+                    .iter()
+                    .map(|&(u, t)| Cmd::idset_release(self.cache_key(u), t))
+                    .collect();
+                let _ = self.call_pipeline(&mut conn, release).await;
+                return Err(e.into());
+            }
+        };
+        let load_opts = |token| LoadOpts {
+            ttl: self.config.cache_ttl,
+            lease: Some(token),
+        };
+        let fills = granted
+            .iter()
+            .map(|&(u, t)| {
+                let set = sets.get(&u).map_or(&[][..], Vec::as_slice);
+                Cmd::idset_load_table(self.cache_key(u), build_table(set), load_opts(t))
+            })
+            .collect();
+        if let Ok(results) = self.call_pipeline(&mut conn, fills).await {
+            for r in results {
+                let counter = match r {
+                    Ok(true) => &self.stats.cache_fills,
+                    _ => &self.stats.fills_refused,
+                };
+                counter.fetch_add(1, Relaxed);
+            }
+        }
+        Ok((sets, later))
+    }
+}
