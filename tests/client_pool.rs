@@ -179,11 +179,20 @@ async fn a_connection_the_server_killed_is_dropped_and_replaced() {
 async fn the_command_timeout_fires_on_a_server_that_never_answers() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    // Accepts and keeps every connection, and never writes a byte.
+    // Accepts every connection, answers the pool's handshake PING, and then never
+    // writes another byte.
     let (accepted, mut sockets) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
-        while let Ok((socket, _)) = listener.accept().await {
-            let _ = accepted.send(socket);
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let accepted = accepted.clone();
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut ping = [0u8; 14];
+                socket.read_exact(&mut ping).await.unwrap();
+                assert_eq!(&ping, b"*1\r\n$4\r\nPING\r\n");
+                socket.write_all(b"+PONG\r\n").await.unwrap();
+                let _ = accepted.send(socket);
+            });
         }
     });
     let timeout = Duration::from_millis(300);
@@ -402,37 +411,40 @@ async fn leases_let_one_caller_fill_a_miss_while_others_wait() {
         px: None,
         wait: Some(Duration::from_millis(ms)),
     };
+    // Lease commands run on a connection of the caller's own: the holder fills on
+    // the connection that won the lease.
+    let lease = |key: &'static str, opts| {
+        let pool = pool.clone();
+        async move { pool.get().await?.run(Cmd::idset_lease(key, opts)).await }
+    };
 
     // The first to miss is granted the fill; the next is told someone is on it.
-    let lease = LeaseOpts {
+    let mut holder = pool.get().await.unwrap();
+    let granted = LeaseOpts {
         px: Some(Duration::from_secs(30)),
         wait: None,
     };
-    let token = match pool
-        .idset_mexistsbin_lease("u:1", &probes, lease)
+    let token = match holder
+        .run(Cmd::idset_mexistsbin_lease("u:1", &probes, granted))
         .await
         .unwrap()
     {
         Leased::Granted(token) => token,
         other => panic!("a first miss got {other:?}"),
     };
-    assert_eq!(
-        pool.idset_mexistsbin_lease("u:1", &probes, no_wait)
-            .await
-            .unwrap(),
-        Leased::Busy
-    );
-    assert_eq!(
-        pool.idset_lease("u:1", no_wait).await.unwrap(),
-        Leased::Busy
-    );
+    let read = |opts| Cmd::idset_mexistsbin_lease("u:1", &probes, opts);
+    let mut other = pool.get().await.unwrap();
+    assert_eq!(other.run(read(no_wait)).await.unwrap(), Leased::Busy);
+    drop(other);
+    assert_eq!(lease("u:1", no_wait).await.unwrap(), Leased::Busy);
 
     // A waiter is answered from the set as soon as the fill lands.
     let waits = lease_stat(&pool, "lease_waits").await;
     let waiter = {
         let pool = pool.clone();
         tokio::spawn(async move {
-            pool.idset_mexistsbin_lease("u:1", &probes, wait(10_000))
+            let mut conn = pool.get().await?;
+            conn.run(Cmd::idset_mexistsbin_lease("u:1", &probes, wait(10_000)))
                 .await
         })
     };
@@ -444,15 +456,16 @@ async fn leases_let_one_caller_fill_a_miss_while_others_wait() {
         ttl: None,
         lease: Some(token),
     };
-    assert!(pool.idset_load_ids("u:1", &ids, fill).await.unwrap());
+    assert!(holder
+        .run(Cmd::idset_load_ids("u:1", &ids, fill))
+        .await
+        .unwrap());
+    drop(holder);
     assert_eq!(
         waiter.await.unwrap().unwrap(),
         Leased::Hit(vec![true, false])
     );
-    assert_eq!(
-        pool.idset_lease("u:1", no_wait).await.unwrap(),
-        Leased::Hit(())
-    );
+    assert_eq!(lease("u:1", no_wait).await.unwrap(), Leased::Hit(()));
     assert!(
         !pool.idset_load_ids("u:1", &[1], fill).await.unwrap(),
         "a used lease fills twice"
@@ -460,21 +473,18 @@ async fn leases_let_one_caller_fill_a_miss_while_others_wait() {
 
     // A wait that runs out is Busy, not a timeout, though it outlasts the command
     // timeout.
-    let held = match pool.idset_lease("u:2", no_wait).await.unwrap() {
+    let held = match lease("u:2", no_wait).await.unwrap() {
         Leased::Granted(token) => token,
         other => panic!("a first miss got {other:?}"),
     };
     let start = Instant::now();
-    assert_eq!(
-        pool.idset_lease("u:2", wait(600)).await.unwrap(),
-        Leased::Busy
-    );
+    assert_eq!(lease("u:2", wait(600)).await.unwrap(), Leased::Busy);
     assert!(start.elapsed() >= Duration::from_millis(600));
 
     // Giving a lease up lets the next caller have it.
     assert!(pool.idset_release("u:2", held).await.unwrap());
     assert!(!pool.idset_release("u:2", held).await.unwrap());
-    let next = match pool.idset_lease("u:2", no_wait).await.unwrap() {
+    let next = match lease("u:2", no_wait).await.unwrap() {
         Leased::Granted(token) => token,
         other => panic!("a released lease was not granted again: {other:?}"),
     };
@@ -488,4 +498,132 @@ async fn leases_let_one_caller_fill_a_miss_while_others_wait() {
     };
     assert!(!pool.idset_load_ids("u:2", &[1, 2], stale).await.unwrap());
     assert_eq!(pool.idset_members("u:2").await.unwrap(), Some(vec![99]));
+}
+
+/// A lease holder fills on its own connection, so waiters that hold every other
+/// connection of the pool cannot keep the fill from landing.
+#[tokio::test]
+async fn a_fill_lands_even_when_waiters_hold_the_rest_of_the_pool() {
+    let server = TestServer::start();
+    let pool = Pool::new(PoolConfig {
+        max_connections: 3,
+        connect_timeout: Duration::from_millis(300),
+        ..config(&server)
+    });
+    let opts = |ms| LeaseOpts {
+        px: Some(Duration::from_secs(30)),
+        wait: Some(Duration::from_millis(ms)),
+    };
+    // Counters are read outside the pool under test, which the waiters fill.
+    let admin = Pool::new(config(&server));
+    let mut holder = pool.get().await.unwrap();
+    let Leased::Granted(token) = holder
+        .run(Cmd::idset_mexistsbin_lease("k", &[1], opts(0)))
+        .await
+        .unwrap()
+    else {
+        panic!("the first miss is granted the lease");
+    };
+    let waits = lease_stat(&admin, "lease_waits").await;
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let mut conn = pool.get().await?;
+                conn.run(Cmd::idset_mexistsbin_lease("k", &[1, 2], opts(10_000)))
+                    .await
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while lease_stat(&admin, "lease_waits").await < waits + 2 {
+        assert!(Instant::now() < deadline, "the waiters never parked");
+    }
+    assert_eq!(pool.status(), status(0, 3), "the pool is all taken");
+    let fill = LoadOpts {
+        ttl: None,
+        lease: Some(token),
+    };
+    assert!(holder
+        .run(Cmd::idset_load_ids("k", &[2], fill))
+        .await
+        .unwrap());
+    for waiter in waiters {
+        assert_eq!(
+            waiter.await.unwrap().unwrap(),
+            Leased::Hit(vec![false, true])
+        );
+    }
+}
+
+/// `Pool::cmd` hands its connection to the next caller: a command that changes
+/// the session must not leave that change behind.
+#[tokio::test]
+async fn raw_pool_commands_leave_no_session_state_behind() {
+    let server = TestServer::start();
+    let pool = Pool::new(PoolConfig {
+        max_connections: 1,
+        ..config(&server)
+    });
+    let first = client_id(&pool).await;
+    assert_eq!(pool.cmd(&["MULTI"]).await.unwrap(), Frame::ok());
+    // Not queued in someone else's transaction: answered, on a new connection.
+    assert_eq!(pool.idset_exists("k", 1).await.unwrap(), None);
+    let after_multi = client_id(&pool).await;
+    assert!(after_multi > first);
+    // A whole transaction leaves nothing open: the connection is kept.
+    let tx = |args: &[&str]| {
+        args.iter()
+            .map(|a| bytes::Bytes::from(a.to_string()))
+            .collect()
+    };
+    let replies = pool
+        .pipeline(&[tx(&["MULTI"]), tx(&["PING"]), tx(&["EXEC"])])
+        .await
+        .unwrap();
+    assert_eq!(replies.len(), 3);
+    assert_eq!(client_id(&pool).await, after_multi);
+    // A protocol switch is not inherited either.
+    assert!(matches!(
+        pool.cmd(&["HELLO", "3"]).await.unwrap(),
+        Frame::Map(_)
+    ));
+    assert!(matches!(
+        pool.cmd(&["CONFIG", "GET", "maxclients"]).await.unwrap(),
+        Frame::Array(_)
+    ));
+    assert!(client_id(&pool).await > after_multi);
+}
+
+/// A server that accepts a connection only to refuse it is a failure to connect,
+/// found before the caller's command, and the refused connection is not kept.
+#[tokio::test]
+async fn a_refused_connection_fails_the_checkout() {
+    let server = TestServer::start_with(&["--maxclients", "1"]);
+    // The one place, once the harness's readiness probe has let go of it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let only = loop {
+        let mut client = Client::connect(server.addr()).await.unwrap();
+        if client.run(Cmd::ping()).await.is_ok() {
+            break client;
+        }
+        assert!(Instant::now() < deadline, "never got the one connection");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let pool = Pool::new(config(&server));
+    for _ in 0..2 {
+        let err = pool.get().await.unwrap_err();
+        assert!(
+            err.to_string().contains("max number of clients reached") || err.is_connection_lost(),
+            "{err:?}"
+        );
+    }
+    assert_eq!(pool.status(), status(0, 0));
+    drop(only);
+    // Once there is room, the pool connects.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pool.ping().await.is_err() {
+        assert!(Instant::now() < deadline, "never got a connection");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -120,8 +120,13 @@ impl<T> Cmd<T> {
         }
     }
 
-    fn blocking(mut self, wait: Duration) -> Self {
-        self.blocks_for = wait;
+    /// Declares that the server may hold the reply back for up to `wait` (a
+    /// command sent with `BLOCK`), so [`Pool::run`] allows that much on top of the
+    /// command timeout instead of taking the wait for a dead server. The typed lease
+    /// commands declare their own; a command built with [`Cmd::new`] that blocks
+    /// must say so here. Rounded up to whole milliseconds, as `BLOCK` is sent.
+    pub fn blocking(mut self, wait: Duration) -> Self {
+        self.blocks_for = round_up_to_ms(wait);
         self
     }
 }
@@ -254,6 +259,12 @@ impl Args {
     }
 }
 
+/// `d` rounded up to whole milliseconds, the unit durations are sent in.
+fn round_up_to_ms(d: Duration) -> Duration {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+}
+
 /// Little-endian `u64`s back to back, the IDSET family's binary id list.
 fn pack(ids: &[u64]) -> Bytes {
     let mut out = BytesMut::with_capacity(ids.len() * 8);
@@ -291,8 +302,9 @@ impl Cmd<bool> {
     /// [`build_table`]. `true` if stored; `false` only with [`LoadOpts::lease`],
     /// when the lease was revoked or lapsed and the fill was refused.
     ///
-    /// The table is taken by value (a `Vec<u8>` or `Bytes` moves in without a copy),
-    /// since it can be megabytes.
+    /// The table is taken by value (a `Vec<u8>` or `Bytes` moves into the command
+    /// without a copy), since it can be megabytes; sending it copies it once, into
+    /// the connection's write buffer.
     pub fn idset_load_table(
         key: impl AsRef<[u8]>,
         table: impl Into<Bytes>,
@@ -348,10 +360,11 @@ impl Cmd<Option<Vec<bool>>> {
     /// key is not cached. The ids go out in decimal;
     /// [`idset_mexistsbin`](Cmd::idset_mexistsbin) is the compact form.
     pub fn idset_mexists(key: impl AsRef<[u8]>, ids: &[u64]) -> Self {
+        let n = ids.len();
         Args::new("IDSET.MEXISTS")
             .arg(key)
             .ids(ids)
-            .parse_with(|f| nil_or(f, flags))
+            .parse_with(move |f| nil_or(f, |f| flags(f, n)))
     }
 
     /// `IDSET.MEXISTSBIN key packed`: as [`idset_mexists`](Cmd::idset_mexists),
@@ -448,12 +461,16 @@ impl Cmd<Vec<Option<bool>>> {
     /// `None` for a key that is not cached ("which of the people I follow follow
     /// X?", with the misses to fill).
     pub fn idset_which(id: u64, keys: &[impl AsRef<[u8]>]) -> Self {
-        Args::new("IDSET.WHICH").int(id).keys(keys).parse_with(|f| {
-            each(f, |f| match f {
-                f if is_nil(&f) => Ok(None),
-                f => flag(f).map(Some),
+        let n = keys.len();
+        Args::new("IDSET.WHICH")
+            .int(id)
+            .keys(keys)
+            .parse_with(move |f| {
+                answers(f, n, |f| match f {
+                    f if is_nil(&f) => Ok(None),
+                    f => flag(f).map(Some),
+                })
             })
-        })
     }
 }
 
@@ -521,8 +538,22 @@ fn each<T>(f: Frame, parse: impl FnMut(Frame) -> Result<T, Error>) -> Result<Vec
     }
 }
 
-fn flags(f: Frame) -> Result<Vec<bool>, Error> {
-    each(f, flag)
+/// One answer per question asked, in order: an array (a RESP3 set has no order,
+/// so it is not accepted) of exactly `n` elements, each read by `parse`. A reply
+/// with more or fewer answers would pair them with the wrong questions.
+fn answers<T>(
+    f: Frame,
+    n: usize,
+    parse: impl FnMut(Frame) -> Result<T, Error>,
+) -> Result<Vec<T>, Error> {
+    match f {
+        Frame::Array(items) if items.len() == n => items.into_iter().map(parse).collect(),
+        f => Err(unexpected(&format!("an array of {n} answers"), &f)),
+    }
+}
+
+fn flags(f: Frame, n: usize) -> Result<Vec<bool>, Error> {
+    answers(f, n, flag)
 }
 
 /// Bit `i` of byte `i / 8`, least significant first, for each of `n` ids.
@@ -615,8 +646,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
 /// Generates the typed shorthands on [`Client`] and [`Pool`] from one list, so the
 /// two cannot drift apart and each command is documented once, on its [`Cmd`]
 /// constructor.
+///
+/// The commands that may grant a lease are in the `client_only` list: a lease
+/// holder must fill on the connection that won the lease (see
+/// [`PooledConn::run`](crate::PooledConn::run)), and a pool shorthand would hand
+/// that connection back and leave the fill to queue for another behind the very
+/// callers parked until it lands. Run them with `pool.get()` and `conn.run(…)`.
 macro_rules! shorthands {
-    ($(fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+    (
+        both { $(fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)* }
+        client_only { $(fn $cname:ident($($carg:ident: $cty:ty),*) -> $cret:ty;)* }
+    ) => {
         impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
             $(
                 #[doc = concat!("Runs [`Cmd::", stringify!($name), "`]; see there.")]
@@ -626,6 +666,16 @@ macro_rules! shorthands {
                 /// As [`run`](Client::run).
                 pub async fn $name(&mut self, $($arg: $ty),*) -> Result<$ret, Error> {
                     self.run(Cmd::$name($($arg),*)).await
+                }
+            )*
+            $(
+                #[doc = concat!("Runs [`Cmd::", stringify!($cname), "`]; see there.")]
+                ///
+                /// # Errors
+                ///
+                /// As [`run`](Client::run).
+                pub async fn $cname(&mut self, $($carg: $cty),*) -> Result<$cret, Error> {
+                    self.run(Cmd::$cname($($carg),*)).await
                 }
             )*
         }
@@ -646,23 +696,27 @@ macro_rules! shorthands {
 }
 
 shorthands! {
-    fn ping() -> ();
-    fn del(keys: &[impl AsRef<[u8]>]) -> u64;
-    fn idset_load_table(key: impl AsRef<[u8]>, table: impl Into<Bytes>, opts: LoadOpts) -> bool;
-    fn idset_load_ids(key: impl AsRef<[u8]>, ids: &[u64], opts: LoadOpts) -> bool;
-    fn idset_exists(key: impl AsRef<[u8]>, id: u64) -> Option<bool>;
-    fn idset_mexists(key: impl AsRef<[u8]>, ids: &[u64]) -> Option<Vec<bool>>;
-    fn idset_mexistsbin(key: impl AsRef<[u8]>, ids: &[u64]) -> Option<Vec<bool>>;
-    fn idset_mexistsbin_lease(key: impl AsRef<[u8]>, ids: &[u64], opts: LeaseOpts) -> Leased<Vec<bool>>;
-    fn idset_lease(key: impl AsRef<[u8]>, opts: LeaseOpts) -> Leased<()>;
-    fn idset_release(key: impl AsRef<[u8]>, token: u64) -> bool;
-    fn idset_add(key: impl AsRef<[u8]>, ids: &[u64]) -> u64;
-    fn idset_add_xx(key: impl AsRef<[u8]>, ids: &[u64]) -> Option<u64>;
-    fn idset_rem(key: impl AsRef<[u8]>, ids: &[u64]) -> Option<u64>;
-    fn idset_card(key: impl AsRef<[u8]>) -> Option<u64>;
-    fn idset_members(key: impl AsRef<[u8]>) -> Option<Vec<u64>>;
-    fn idset_which(id: u64, keys: &[impl AsRef<[u8]>]) -> Vec<Option<bool>>;
-    fn sinter(keys: &[impl AsRef<[u8]>]) -> Vec<u64>;
+    both {
+        fn ping() -> ();
+        fn del(keys: &[impl AsRef<[u8]>]) -> u64;
+        fn idset_load_table(key: impl AsRef<[u8]>, table: impl Into<Bytes>, opts: LoadOpts) -> bool;
+        fn idset_load_ids(key: impl AsRef<[u8]>, ids: &[u64], opts: LoadOpts) -> bool;
+        fn idset_exists(key: impl AsRef<[u8]>, id: u64) -> Option<bool>;
+        fn idset_mexists(key: impl AsRef<[u8]>, ids: &[u64]) -> Option<Vec<bool>>;
+        fn idset_mexistsbin(key: impl AsRef<[u8]>, ids: &[u64]) -> Option<Vec<bool>>;
+        fn idset_release(key: impl AsRef<[u8]>, token: u64) -> bool;
+        fn idset_add(key: impl AsRef<[u8]>, ids: &[u64]) -> u64;
+        fn idset_add_xx(key: impl AsRef<[u8]>, ids: &[u64]) -> Option<u64>;
+        fn idset_rem(key: impl AsRef<[u8]>, ids: &[u64]) -> Option<u64>;
+        fn idset_card(key: impl AsRef<[u8]>) -> Option<u64>;
+        fn idset_members(key: impl AsRef<[u8]>) -> Option<Vec<u64>>;
+        fn idset_which(id: u64, keys: &[impl AsRef<[u8]>]) -> Vec<Option<bool>>;
+        fn sinter(keys: &[impl AsRef<[u8]>]) -> Vec<u64>;
+    }
+    client_only {
+        fn idset_mexistsbin_lease(key: impl AsRef<[u8]>, ids: &[u64], opts: LeaseOpts) -> Leased<Vec<bool>>;
+        fn idset_lease(key: impl AsRef<[u8]>, opts: LeaseOpts) -> Leased<()>;
+    }
 }
 
 #[cfg(test)]

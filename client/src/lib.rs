@@ -81,6 +81,10 @@ pub struct Client<S = TcpStream> {
     /// start of the next one means the last failed, or its future was dropped
     /// midway, and replies may be owed: the connection is unusable.
     usable: bool,
+    /// Bytes read in the current round trip. `read_buf.capacity()` counts only
+    /// what lies past the replies already split off, so it cannot tell by itself
+    /// whether the allocation grew large.
+    read_this_trip: usize,
 }
 
 impl Client<TcpStream> {
@@ -120,6 +124,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
             decoder: ReplyDecoder::new(Limits::default()),
             protocol: Protocol::Resp2,
             usable: true,
+            read_this_trip: 0,
         }
     }
 
@@ -246,6 +251,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
             return Err(Error::Closed);
         }
         self.usable = false;
+        self.read_this_trip = 0;
         self.write_request().await?;
         if self.write_buf.capacity() > KEEP_BUFFER {
             self.write_buf = BytesMut::new();
@@ -254,7 +260,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
         while frames.len() < replies {
             frames.push(self.read_reply().await?);
         }
-        if self.read_buf.is_empty() && self.read_buf.capacity() > KEEP_BUFFER {
+        let large = self.read_buf.capacity().max(self.read_this_trip) > KEEP_BUFFER;
+        if self.read_buf.is_empty() && large {
             self.read_buf = BytesMut::with_capacity(READ_CHUNK);
         }
         self.usable = true;
@@ -269,6 +276,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
             stream,
             write_buf,
             read_buf,
+            read_this_trip,
             ..
         } = self;
         let mut written = 0;
@@ -287,7 +295,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
             read_buf.reserve(READ_CHUNK);
             match poll_read_buf(Pin::new(&mut *stream), cx, read_buf) {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(Error::Closed)),
-                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Ok(n)) => *read_this_trip += n,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
                 Poll::Pending => return Poll::Pending,
             }
@@ -304,8 +312,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
                 }
             }
             self.read_buf.reserve(READ_CHUNK);
-            if self.stream.read_buf(&mut self.read_buf).await? == 0 {
-                return Err(Error::Closed);
+            match self.stream.read_buf(&mut self.read_buf).await? {
+                0 => return Err(Error::Closed),
+                n => self.read_this_trip += n,
             }
         }
     }
@@ -493,6 +502,31 @@ mod tests {
         let call = client.cmd(&["BLPOP", "q", "0"]);
         assert!(poll_once(call).await.is_none());
         assert!(client.cmd(&["PING"]).await.unwrap_err().is_closed());
+    }
+
+    #[tokio::test]
+    async fn a_buffer_grown_by_a_large_reply_is_given_back() {
+        // Replies of a few sizes past the limit: whatever the reply leaves of the
+        // allocation after it, the allocation itself is dropped once it is read.
+        for size in [
+            KEEP_BUFFER + 1,
+            2 * KEEP_BUFFER + 40_000,
+            4 * KEEP_BUFFER - 7,
+        ] {
+            let mut client = fake_server(64 * 1024, move |_| {
+                Frame::bulk(vec![b'x'; size])
+                    .to_bytes(Protocol::Resp2)
+                    .to_vec()
+            });
+            let reply = client.cmd(&["GET", "big"]).await.unwrap();
+            assert!(matches!(&reply, Frame::Bulk(b) if b.len() == size));
+            drop(reply);
+            assert!(
+                client.read_buf.capacity() <= READ_CHUNK,
+                "{size}-byte reply left {} bytes of buffer",
+                client.read_buf.capacity()
+            );
+        }
     }
 
     /// Polls a future once: `Some(output)` if it was ready.

@@ -4,8 +4,9 @@
 //! requests at once needs many connections; opening one per request costs a TCP
 //! handshake (and AUTH, HELLO) every time, and opening them without bound can
 //! exhaust the server's `maxclients`. The pool keeps connections open between
-//! calls, opens at most `max_connections`, and puts every call under a deadline so
-//! that a hung server costs the caller a bounded wait rather than a stuck task.
+//! calls, opens at most `max_connections`, and puts every call made through it
+//! ([`Pool::run`], [`PooledConn::run`], …) under a deadline so that a hung server
+//! costs the caller a bounded wait rather than a stuck task.
 //!
 //! A connection goes back to the pool only if it is still in step with the server
 //! ([`Client::is_usable`]): a call that failed on the connection, or timed out,
@@ -20,7 +21,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::time::{timeout, timeout_at, Instant};
+use tokio::time::timeout;
 
 use crate::{Client, Cmd, Error, Frame, Protocol};
 
@@ -32,8 +33,8 @@ pub struct PoolConfig {
     /// Connections open at once, idle or in use; a call that finds them all busy
     /// waits for one (within `connect_timeout`). Must be at least 1.
     pub max_connections: usize,
-    /// The longest [`Pool::get`] waits, for a free connection and for opening one
-    /// (TCP, AUTH, HELLO) together.
+    /// The longest [`Pool::get`] waits for a free connection, and then the longest
+    /// it takes to open one (TCP and the handshake: AUTH, HELLO or PING), each.
     pub connect_timeout: Duration,
     /// The longest a call on a pooled connection waits for its replies, on top of
     /// what a command is allowed to block for ([`Cmd::blocks_for`]).
@@ -160,16 +161,21 @@ impl Pool {
     /// wrap them in `tokio::time::timeout` if needed (a timed-out call leaves the
     /// connection unusable, and it is discarded on drop).
     ///
+    /// Waiting for a free slot and opening a connection have a `connect_timeout`
+    /// each: a caller that waited for a slot until the last moment must not then
+    /// fail to connect for want of time, and be taken for a sign that the server is
+    /// unreachable.
+    ///
     /// # Errors
     ///
     /// - [`Error::PoolBusy`] if every connection stayed busy for `connect_timeout`;
-    ///   [`Error::Timeout`] if opening one did not finish within what was left.
+    ///   [`Error::Timeout`] if opening one did not finish within `connect_timeout`.
     /// - [`Error::Io`] if connecting failed; [`Error::Server`] if the server refused
-    ///   AUTH or HELLO.
+    ///   the handshake (a wrong password, or `ERR max number of clients reached`).
     pub async fn get(&self) -> Result<PooledConn, Error> {
-        let deadline = Instant::now() + self.inner.config.connect_timeout;
+        let config = &self.inner.config;
         let slots = self.inner.slots.clone();
-        let permit = timeout_at(deadline, slots.acquire_owned())
+        let permit = timeout(config.connect_timeout, slots.acquire_owned())
             .await
             .map_err(|_| Error::PoolBusy)?
             .expect("the pool never closes its semaphore");
@@ -183,7 +189,7 @@ impl Pool {
         };
         let client = match reused {
             Some(client) => client,
-            None => timeout_at(deadline, self.inner.open())
+            None => timeout(config.connect_timeout, self.inner.open())
                 .await
                 .map_err(|_| Error::Timeout)??,
         };
@@ -200,9 +206,18 @@ impl Pool {
     ///
     /// As [`get`](Self::get) and [`Client::cmd`], and [`Error::Timeout`] if the
     /// reply did not come in time.
+    ///
+    /// A command that changes the connection's session (`MULTI` or `WATCH` left
+    /// open, `HELLO`, `SELECT`, `CLIENT SETNAME` …) closes the connection after it
+    /// rather than hand that state to the next caller; for a session of one's own,
+    /// use [`get`](Self::get).
     pub async fn cmd(&self, args: &[impl AsRef<[u8]>]) -> Result<Frame, Error> {
         let mut conn = self.get().await?;
-        self.within(Duration::ZERO, conn.cmd(args)).await
+        let reply = self.within(Duration::ZERO, conn.cmd(args)).await;
+        if Session::default().after(args).is_changed() {
+            conn.discard();
+        }
+        reply
     }
 
     /// [`Client::pipeline`] on a pooled connection, within `command_timeout`.
@@ -212,7 +227,12 @@ impl Pool {
     /// As [`cmd`](Self::cmd).
     pub async fn pipeline(&self, cmds: &[Vec<Bytes>]) -> Result<Vec<Frame>, Error> {
         let mut conn = self.get().await?;
-        self.within(Duration::ZERO, conn.pipeline(cmds)).await
+        let replies = self.within(Duration::ZERO, conn.pipeline(cmds)).await;
+        let session = cmds.iter().fold(Session::default(), |s, cmd| s.after(cmd));
+        if session.is_changed() {
+            conn.discard();
+        }
+        replies
     }
 
     /// [`Client::run`] on a pooled connection, within `command_timeout` plus what
@@ -255,16 +275,91 @@ impl Inner {
         self.idle.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A new connection, authenticated and speaking the configured protocol.
+    /// A new connection, authenticated and speaking the configured protocol. It
+    /// always makes one round trip before it is handed out (AUTH, HELLO, or else a
+    /// PING): a server that accepts the connection only to refuse it (`-ERR max
+    /// number of clients reached`, then a close) is found out here, as a failure to
+    /// connect, not by the caller's first command.
     async fn open(&self) -> Result<Client<TcpStream>, Error> {
         let mut client = Client::connect(self.config.addr.as_str()).await?;
+        let mut greeted = false;
         if let Some(password) = &self.config.password {
             client.cmd(&["AUTH", password.as_str()]).await?;
+            greeted = true;
         }
         if self.config.protocol == Protocol::Resp3 {
             client.hello(3).await?;
+            greeted = true;
+        }
+        if !greeted {
+            client.run(Cmd::ping()).await?;
         }
         Ok(client)
+    }
+}
+
+/// What a batch of raw commands leaves behind on its connection, for [`Pool::cmd`]
+/// and [`Pool::pipeline`], which hand the connection to the next caller.
+#[derive(Clone, Copy, Debug, Default)]
+struct Session {
+    /// Inside `MULTI`: the next caller's commands would be queued.
+    multi: bool,
+    /// Keys are watched: the next caller's `EXEC` would abort for them.
+    watching: bool,
+    /// Some other state changed (protocol, database, name, subscriptions …).
+    changed: bool,
+}
+
+impl Session {
+    fn after(mut self, args: &[impl AsRef<[u8]>]) -> Session {
+        let Some(name) = args.first() else {
+            return self;
+        };
+        let name = name.as_ref();
+        let is = |word: &str| name.eq_ignore_ascii_case(word.as_bytes());
+        if is("MULTI") {
+            self.multi = true;
+        } else if is("WATCH") {
+            self.watching = true;
+        } else if is("EXEC") || is("DISCARD") {
+            (self.multi, self.watching) = (false, false);
+        } else if is("UNWATCH") {
+            self.watching = false;
+        } else if is("CLIENT") {
+            // CLIENT ID, INFO, LIST, GETNAME … only read.
+            let sub = args.get(1).map(|a| a.as_ref().to_ascii_uppercase());
+            self.changed |= matches!(
+                sub.as_deref(),
+                Some(
+                    b"SETNAME"
+                        | b"SETINFO"
+                        | b"REPLY"
+                        | b"TRACKING"
+                        | b"NO-EVICT"
+                        | b"NO-TOUCH"
+                        | b"CACHING"
+                )
+            );
+        } else {
+            const SESSION: &[&str] = &[
+                "HELLO",
+                "AUTH",
+                "SELECT",
+                "RESET",
+                "READONLY",
+                "READWRITE",
+                "SUBSCRIBE",
+                "PSUBSCRIBE",
+                "SSUBSCRIBE",
+                "MONITOR",
+            ];
+            self.changed |= SESSION.iter().any(|w| is(w));
+        }
+        self
+    }
+
+    fn is_changed(self) -> bool {
+        self.multi || self.watching || self.changed
     }
 }
 

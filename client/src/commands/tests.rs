@@ -105,9 +105,16 @@ fn mexists_reads_flags_in_order() {
             Some(vec![true, false, true])
         );
         assert_eq!(m().parse(wire(&Frame::NullArray, proto)).unwrap(), None);
-        assert_unexpected(m().parse(wire(&ints(&[1, 5]), proto)));
+        assert_unexpected(m().parse(wire(&ints(&[1, 0, 5]), proto)));
         assert_unexpected(m().parse(wire(&Frame::Integer(1), proto)));
+        // One answer per id asked, no more and no fewer: a short reply would pair
+        // the answers with the wrong ids.
+        assert_unexpected(m().parse(wire(&ints(&[1, 0]), proto)));
+        assert_unexpected(m().parse(wire(&ints(&[1, 0, 1, 1]), proto)));
     }
+    // A RESP3 set has no order to pair answers with ids by.
+    let set = Frame::Set(vec![Frame::Integer(1)]);
+    assert_unexpected(Cmd::idset_mexists("k", &[1]).parse(set));
 }
 
 #[test]
@@ -276,6 +283,8 @@ fn which_keeps_misses_apart() {
             [Some(true), None, Some(false)]
         );
         assert_unexpected(w().parse(wire(&Frame::Null, proto)));
+        let short = Frame::Array(vec![Frame::Integer(1), Frame::Null]);
+        assert_unexpected(w().parse(wire(&short, proto)));
     }
     assert_eq!(
         args(&Cmd::idset_which(5, &["a", "b"])),
@@ -337,6 +346,15 @@ fn durations_round_up_to_whole_milliseconds_and_no_wait_is_not_forever() {
     );
     // BLOCK 0 would wait until the lease resolves, the opposite of "don't wait".
     assert!(lease(None, Some(Duration::ZERO)).is_empty());
+    // The time allowed for a wait is the time asked for, as sent.
+    let waits = |wait| Cmd::idset_lease("k", LeaseOpts { px: None, wait }).blocks_for();
+    assert_eq!(waits(Some(Duration::from_micros(500))), ms(1));
+    assert_eq!(waits(Some(Duration::from_micros(5_001))), ms(6));
+    assert_eq!(waits(Some(Duration::ZERO)), Duration::ZERO);
+    assert_eq!(waits(None), Duration::ZERO);
+    // A blocking command typed by the caller says so itself.
+    let raw = Cmd::new(vec![Bytes::from_static(b"IDSET.LEASE")], Ok);
+    assert_eq!(raw.blocking(Duration::from_nanos(1)).blocks_for(), ms(1));
 }
 
 /// A fake server answering each command by its name, over an in-memory pipe.
