@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use harness::mariadb::{self, relation_store, MariaDb, RawSql};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use relcache_client::relation::{schema, Cursor, Page, Relation, Store};
+use relcache_client::relation::{schema, Cursor, Page, Relation, ShardMap, Store, StoreConfig};
 
 /// Eight logical shards on one server: enough that random users land both on
 /// shared and on different shards.
@@ -509,4 +509,126 @@ async fn dead_or_hung_mysql_fails_within_the_timeouts() {
         .into_iter()
         .collect();
     assert_eq!(rows, BTreeMap::from([(a, vec![]), (b, vec![a])]));
+}
+
+/// A shard map URL may carry any `mysql_async` parameter, but not one that changes
+/// what the writes read from MySQL: with `client_found_rows`, a follow that found
+/// its row already there would count it as inserted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn url_parameters_cannot_make_a_retried_follow_look_new() {
+    let url = format!("{}?client_found_rows=true", mariadb::shared().url());
+    let store = relation_store(&url, "found_rows", SHARDS, |_| {}).await;
+    let raw = RawSql::new(&store);
+    let (a, b) = (21u64, 22u64);
+    assert!(store.follow(a, b).await.unwrap().created);
+    let before = raw.pair(a, b).await;
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    assert!(!store.follow(a, b).await.unwrap().created);
+    assert_eq!(raw.pair(a, b).await, before, "the twin kept its time");
+}
+
+/// One call, one budget: a batch read over many shards gives up by its deadline
+/// however many statements it has to queue, instead of giving each its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_read_shares_one_deadline() {
+    let mut db = MariaDb::start();
+    let (connect, query) = (Duration::from_millis(300), Duration::from_millis(500));
+    let store = relation_store(db.url(), "batch_deadline", 32, |c| {
+        c.connect_timeout = connect;
+        c.query_timeout = query;
+        c.pool_size = 2;
+    })
+    .await;
+    // A user on every shard, and a warm pool.
+    let mut users = Vec::new();
+    let mut shards = BTreeSet::new();
+    for u in 0.. {
+        if shards.insert(store.shards().shard_of(u)) {
+            users.push(u);
+        }
+        if shards.len() == 32 {
+            break;
+        }
+    }
+    assert_eq!(store.following_ids_many(&users).await.unwrap().len(), 32);
+    db.pause();
+    let t = Instant::now();
+    let err = store.following_ids_many(&users).await.unwrap_err();
+    let took = t.elapsed();
+    db.resume();
+    assert!(err.is_timeout(), "{err}");
+    // Sixteen rounds of two statements would take 8 s with a budget each.
+    assert!(
+        took < connect + query + Duration::from_millis(700),
+        "took {took:?}"
+    );
+}
+
+/// A host that hangs holds up only the writes that touch it: two-shard writes
+/// between healthy shards go through while writes to the hung host queue for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_host_holds_up_only_the_writes_that_touch_it() {
+    // Accepts connections and never says a word: a host whose MySQL is wedged.
+    let hung = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hung_port = hung.local_addr().unwrap().port();
+    let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+    {
+        let held = held.clone();
+        std::thread::spawn(move || {
+            for socket in hung.incoming().flatten() {
+                held.lock().unwrap().push(socket);
+            }
+        });
+    }
+    let healthy = mariadb::shared().url();
+    let prefix = mariadb::db_prefix("hung_host");
+    // Shards 0-3 on the real server (their schema created through a map of
+    // those four alone), 4-7 on the hung one.
+    let four = ShardMap::parse(&format!("shards 4\n0-3 {healthy} {prefix}{{shard}}\n")).unwrap();
+    schema::create_all(&Store::new(StoreConfig::new(four)))
+        .await
+        .unwrap();
+    let map = ShardMap::parse(&format!(
+        "shards 8\n0-3 {healthy} {prefix}{{shard}}\n4-7 mysql://root@127.0.0.1:{hung_port} {prefix}{{shard}}\n"
+    ))
+    .unwrap();
+    let connect = Duration::from_millis(800);
+    let store = Store::new(StoreConfig {
+        connect_timeout: connect,
+        query_timeout: Duration::from_secs(1),
+        ..StoreConfig::new(map)
+    });
+    let on = |range: std::ops::Range<u32>, skip: usize| {
+        (1u64..)
+            .filter(|&u| range.contains(&store.shards().shard_of(u)))
+            .nth(skip)
+            .unwrap()
+    };
+    let stuck: Vec<_> = (0..6)
+        .map(|i| {
+            let (store, a, b) = (store.clone(), on(0..4, i), on(4..8, i));
+            tokio::spawn(async move { store.follow(a, b).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Two healthy users on different shards of the healthy host.
+    let a = on(0..4, 10);
+    let b = (1u64..)
+        .find(|&u| {
+            let s = store.shards().shard_of(u);
+            s < 4 && s != store.shards().shard_of(a)
+        })
+        .unwrap();
+    let t = Instant::now();
+    assert!(store.follow(a, b).await.unwrap().created);
+    assert!(
+        t.elapsed() < connect,
+        "waited {:?} behind the hung host",
+        t.elapsed()
+    );
+    for write in stuck {
+        let err = write.await.unwrap().unwrap_err();
+        assert!(err.is_timeout(), "{err}");
+    }
+    assert!(!held.lock().unwrap().is_empty(), "the hung host was asked");
 }

@@ -87,7 +87,12 @@ impl MariaDb {
             .expect("run cp");
         assert!(status.success(), "copying the MariaDB template failed");
         // A port chosen by the kernel can be taken again before mariadbd binds it;
-        // a failed bind shows in the log and gets another port.
+        // a failed bind shows in the log and gets another port. Within this process
+        // starts take turns: two could otherwise be handed one free port, and the
+        // one that fails to bind it would find the other answering there and take
+        // it for its own.
+        static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _turn = STARTING.lock().unwrap_or_else(|e| e.into_inner());
         for attempt in 0..3 {
             let port = free_port();
             let mut local = Local {
@@ -138,9 +143,18 @@ impl MariaDb {
 
     /// Stops the server process (SIGSTOP) without closing its sockets: connections
     /// and queries hang, as with a wedged host. [`resume`](Self::resume) undoes it.
+    ///
+    /// Returns once every thread of the server has stopped: the kernel stops them
+    /// one by one as each next leaves the kernel, and a thread busy with a disk
+    /// write may yet answer a query that arrives meanwhile.
     pub fn pause(&mut self) {
         let pid = self.local_mut("pause").pid;
         signal("STOP", pid);
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !all_threads_stopped(pid) {
+            assert!(Instant::now() < deadline, "mariadbd {pid} never stopped");
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// Continues a [`pause`](Self::pause)d server.
@@ -393,6 +407,20 @@ fn greets(port: u16) -> bool {
     // protocol version (10) — or 0xff for an error packet ("too many connections").
     let mut head = [0u8; 5];
     s.read_exact(&mut head).is_ok() && head[4] == 10
+}
+
+/// Whether every thread of process `pid` is stopped by a signal (state `T`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                == Some("T")
+        })
+    })
 }
 
 /// Whether a process is running (not gone, not a zombie waiting for its parent).

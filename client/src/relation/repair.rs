@@ -185,9 +185,7 @@ pub async fn full_scan(
     for shard in 0..shards {
         checkpoints.push(load_checkpoint(store, shard).await?);
     }
-    // Every shard done means the last pass finished but could not clear its
-    // checkpoints: this is a new pass.
-    if checkpoints.iter().all(|c| c.phase == Phase::Done) {
+    if pass_finished(&checkpoints) {
         checkpoints.fill(Checkpoint::START);
     }
 
@@ -241,6 +239,23 @@ pub async fn full_scan(
     Ok(report)
 }
 
+/// Whether checkpoints are what a finished pass left behind, rather than a pass in
+/// progress. Shards are scanned in order, so while a pass is in progress every
+/// shard it finished comes before every shard it has not. All shards done, or a
+/// finished shard after an unfinished one, means the last pass finished and was
+/// stopped while clearing its checkpoints (which goes in shard order too): the
+/// next run is a new pass.
+fn pass_finished(checkpoints: &[Checkpoint]) -> bool {
+    let unfinished = checkpoints
+        .iter()
+        .position(|c| c.phase != Phase::Done)
+        .unwrap_or(checkpoints.len());
+    unfinished == checkpoints.len()
+        || checkpoints[unfinished..]
+            .iter()
+            .any(|c| c.phase == Phase::Done)
+}
+
 /// Checks the pairs named in every shard's `relation_log` with `ts` in the last
 /// `window`, and fixes those that disagree. Keeps no checkpoint: the window is the
 /// state.
@@ -266,7 +281,9 @@ pub async fn recent(
         // optimizer judges the window. Rows in it stamped before the window (clocks of
         // different writers disagree a little) are skipped by the ts condition.
         let sql = format!("SELECT MIN(seq) FROM {log} WHERE ts >= ?");
-        let first: Vec<Option<u64>> = inner.read(shard, "read relation_log", sql, (from,)).await?;
+        let first: Vec<Option<u64>> = inner
+            .read(inner.deadline(), shard, "read relation_log", sql, (from,))
+            .await?;
         let Some(mut next) = first.into_iter().next().flatten() else {
             continue;
         };
@@ -284,7 +301,13 @@ pub async fn recent(
             }
             let limit = u64::from(batch).min(allowed);
             let rows: Vec<(u64, u64, u64)> = inner
-                .read(shard, "read relation_log", sql.clone(), (next, from, limit))
+                .read(
+                    inner.deadline(),
+                    shard,
+                    "read relation_log",
+                    sql.clone(),
+                    (next, from, limit),
+                )
                 .await?;
             report.rows_scanned += rows.len() as u64;
             check_and_fix(store, rows.iter().map(|r| (r.1, r.2)), &mut report).await?;
@@ -319,7 +342,13 @@ pub async fn prune_log(store: &Store, age: Duration, batch: u32) -> Result<u64, 
         );
         loop {
             let n = inner
-                .write(shard, "prune relation_log", sql.clone(), (before, batch))
+                .write(
+                    inner.deadline(),
+                    shard,
+                    "prune relation_log",
+                    sql.clone(),
+                    (before, batch),
+                )
                 .await?;
             deleted += n;
             if n < batch {
@@ -344,7 +373,9 @@ async fn scan_keys(
         None => {
             let sql =
                 format!("SELECT user_id, friend_id FROM {t} ORDER BY user_id, friend_id LIMIT ?");
-            inner.read(shard, "scan", sql, (limit,)).await
+            inner
+                .read(inner.deadline(), shard, "scan", sql, (limit,))
+                .await
         }
         Some((u, f)) => {
             let sql = format!(
@@ -352,7 +383,9 @@ async fn scan_keys(
                  WHERE user_id > ? OR (user_id = ? AND friend_id > ?) \
                  ORDER BY user_id, friend_id LIMIT ?"
             );
-            inner.read(shard, "scan", sql, (u, u, f, limit)).await
+            inner
+                .read(inner.deadline(), shard, "scan", sql, (u, u, f, limit))
+                .await
         }
     }
 }
@@ -417,6 +450,7 @@ fn consistent(following: &Rows, followers: &Rows, x: u64, y: u64) -> bool {
 async fn lookup(store: &Store, table: Table, keys: &[(u64, u64)]) -> Result<Rows, StoreError> {
     const MAX_KEYS: usize = 512;
     let inner = store.inner();
+    let d = inner.deadline();
     let mut by_shard: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
     for &(u, f) in keys {
         by_shard
@@ -446,6 +480,7 @@ async fn lookup(store: &Store, table: Table, keys: &[(u64, u64)]) -> Result<Rows
                 vec!["(?,?)"; padded].join(",")
             );
             inner.read::<(u64, u64, bool, u64)>(
+                d,
                 shard,
                 "check pairs",
                 sql,
@@ -467,7 +502,13 @@ async fn load_checkpoint(store: &Store, shard: u32) -> Result<Checkpoint, StoreE
         inner.table(shard, Table::RepairState)
     );
     let rows: Vec<(u8, Option<u64>, Option<u64>)> = inner
-        .read(shard, "read repair_state", sql, (FULL_SCAN_JOB,))
+        .read(
+            inner.deadline(),
+            shard,
+            "read repair_state",
+            sql,
+            (FULL_SCAN_JOB,),
+        )
         .await?;
     Ok(match rows.first() {
         None => Checkpoint::START,
@@ -508,7 +549,13 @@ async fn save_checkpoint(store: &Store, shard: u32, cp: Checkpoint) -> Result<()
         now.into(),
     ];
     inner
-        .write(shard, "write repair_state", sql, Params::Positional(params))
+        .write(
+            inner.deadline(),
+            shard,
+            "write repair_state",
+            sql,
+            Params::Positional(params),
+        )
         .await?;
     Ok(())
 }
@@ -520,7 +567,13 @@ async fn clear_checkpoint(store: &Store, shard: u32) -> Result<(), StoreError> {
         inner.table(shard, Table::RepairState)
     );
     inner
-        .write(shard, "clear repair_state", sql, (FULL_SCAN_JOB,))
+        .write(
+            inner.deadline(),
+            shard,
+            "clear repair_state",
+            sql,
+            (FULL_SCAN_JOB,),
+        )
         .await?;
     Ok(())
 }
@@ -555,6 +608,27 @@ mod tests {
         assert!(consistent(&f, &r, 1, 2));
         let r_bad = rows(&[((2, 1), (true, 10)), ((1, 2), (false, 20))]);
         assert!(!consistent(&f, &r_bad, 1, 2));
+    }
+
+    #[test]
+    fn a_pass_is_finished_only_by_what_a_finished_pass_leaves() {
+        const DONE: Checkpoint = Checkpoint {
+            phase: Phase::Done,
+            after: None,
+        };
+        let busy = Checkpoint {
+            phase: Phase::Followers,
+            after: Some((7, 9)),
+        };
+        let start = Checkpoint::START;
+        // In progress: finished shards, then the current one, then untouched ones.
+        assert!(!pass_finished(&[start, start, start]));
+        assert!(!pass_finished(&[DONE, busy, start]));
+        assert!(!pass_finished(&[DONE, DONE, start]));
+        // Finished, with its checkpoints all there or partly cleared.
+        assert!(pass_finished(&[DONE, DONE, DONE]));
+        assert!(pass_finished(&[start, DONE, DONE]));
+        assert!(pass_finished(&[start, start, DONE]));
     }
 
     #[tokio::test(start_paused = true)]

@@ -79,8 +79,8 @@ const TABLES: [(Table, &str); 4] = [
 pub async fn create_all(store: &Store) -> Result<(), StoreError> {
     let inner = store.inner();
     for shard in 0..inner.map().len() {
-        let mut conn = inner.checkout(shard).await?;
         let d = inner.deadline();
+        let mut conn = inner.checkout(d, shard).await?;
         // Identifiers cannot be bound parameters; ShardMap only admits database names
         // made of [A-Za-z0-9_$], so splicing them in is safe.
         let create_db = format!(

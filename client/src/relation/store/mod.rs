@@ -12,12 +12,12 @@
 //!
 //! # Time bounds
 //!
-//! Every wait is bounded: each connection checkout (which may open a connection) by
-//! `connect_timeout`, and all the statements of one call together — deadlock
-//! retries included — by `query_timeout`, counted from the call's first statement. A
-//! one-shard read that cannot be served fails with [`StoreError::Timeout`] within
-//! `connect_timeout + query_timeout`; a two-shard write checks out its two
-//! connections first, so allow it one more `connect_timeout`. A statement abandoned
+//! Every call has one budget, counted from its start, for everything it waits on:
+//! connection checkouts (each also capped at `connect_timeout`), locks, statements,
+//! deadlock retries, and for a batch read every shard's statement. A call finishes
+//! or fails with [`StoreError::Timeout`] within `connect_timeout + query_timeout`;
+//! a two-shard write, which checks out both connections before its first
+//! statement, within `2 × connect_timeout + query_timeout`. A statement abandoned
 //! by a timeout leaves its connection mid-reply; `mysql_async` then discards that
 //! connection instead of returning it to the pool, and MySQL rolls back its
 //! transaction when the socket closes. Server-side lock waits are capped near
@@ -193,9 +193,9 @@ pub(crate) struct Inner {
     connect_timeout: Duration,
     query_timeout: Duration,
     pool_size: usize,
-    /// Taken to check out the two connections of a two-shard write: see
-    /// [`Inner::checkout_for`].
-    pair_checkout: tokio::sync::Mutex<()>,
+    /// Per host, taken to check out the two connections of a write whose shards
+    /// both live there: see [`Inner::checkout_for`].
+    host_turns: Vec<tokio::sync::Mutex<()>>,
     queries: AtomicU64,
     retries: AtomicU64,
     #[cfg(feature = "fault-injection")]
@@ -238,6 +238,10 @@ impl Store {
                     (map.shards_on(i) * STATEMENTS_PER_SHARD).clamp(32, MAX_STATEMENT_CACHE);
                 let builder = OptsBuilder::from_opts(opts)
                     .stmt_cache_size(cache)
+                    // Writes read "inserted or not" from the affected-row count
+                    // (`insert_truth`): with CLIENT_FOUND_ROWS a row that was
+                    // already there would count as inserted, whatever the URL says.
+                    .client_found_rows(false)
                     // Every write depends on REPEATABLE READ (see `follow`), whatever
                     // the server's default.
                     .init(vec![
@@ -264,6 +268,11 @@ impl Store {
                 Table::ALL.map(|t| format!("`{db}`.`{}`", t.name()))
             })
             .collect();
+        let host_turns = map
+            .hosts()
+            .iter()
+            .map(|_| tokio::sync::Mutex::new(()))
+            .collect();
         Store {
             inner: Arc::new(Inner {
                 map,
@@ -272,7 +281,7 @@ impl Store {
                 connect_timeout,
                 query_timeout,
                 pool_size,
-                pair_checkout: tokio::sync::Mutex::new(()),
+                host_turns,
                 queries: AtomicU64::new(0),
                 retries: AtomicU64::new(0),
                 #[cfg(feature = "fault-injection")]
@@ -348,9 +357,28 @@ pub(crate) fn now_micros() -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
-/// The end of a call's statement budget.
+/// One call's time budget: everything the call waits on — connection checkouts,
+/// locks, statements, retries — ends by `at`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Deadline(Instant);
+pub(crate) struct Deadline {
+    start: Instant,
+    at: Instant,
+}
+
+impl Deadline {
+    fn new(budget: Duration) -> Deadline {
+        let start = Instant::now();
+        Deadline {
+            start,
+            at: start + budget,
+        }
+    }
+
+    /// How long the call has run: what a timeout error reports.
+    fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+}
 
 /// A connection or a transaction: what statements run on.
 pub(crate) trait Session: Queryable {
@@ -419,8 +447,16 @@ impl Inner {
         self.map.host(shard).label().to_string()
     }
 
+    /// The budget of a call that checks out one connection at a time:
+    /// `connect_timeout + query_timeout`.
     pub(crate) fn deadline(&self) -> Deadline {
-        Deadline(Instant::now() + self.query_timeout)
+        Deadline::new(self.connect_timeout + self.query_timeout)
+    }
+
+    /// The budget of a write that checks out a connection to each of two shards
+    /// before its first statement: `2 × connect_timeout + query_timeout`.
+    fn pair_deadline(&self) -> Deadline {
+        Deadline::new(2 * self.connect_timeout + self.query_timeout)
     }
 
     fn mysql_error(
@@ -437,18 +473,24 @@ impl Inner {
         }
     }
 
-    /// Checks a connection to `shard`'s host out of its pool.
-    pub(crate) async fn checkout(&self, shard: u32) -> Result<Conn, StoreError> {
+    /// Checks a connection to `shard`'s host out of its pool, within
+    /// `connect_timeout` and what is left of the call's budget.
+    pub(crate) async fn checkout(&self, d: Deadline, shard: u32) -> Result<Conn, StoreError> {
         let pool = &self.pools[self.map.host_of(shard)];
-        match tokio::time::timeout(self.connect_timeout, pool.get_conn()).await {
+        let until = d.at.min(Instant::now() + self.connect_timeout);
+        match tokio::time::timeout_at(until, pool.get_conn()).await {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(e)) => Err(self.mysql_error(shard, "connect", e)),
-            Err(_) => Err(StoreError::Timeout {
-                shard,
-                host: self.host_label(shard),
-                action: "connect",
-                after: self.connect_timeout,
-            }),
+            Err(_) => Err(self.timeout(d, shard, "connect")),
+        }
+    }
+
+    fn timeout(&self, d: Deadline, shard: u32, action: &'static str) -> StoreError {
+        StoreError::Timeout {
+            shard,
+            host: self.host_label(shard),
+            action,
+            after: d.elapsed(),
         }
     }
 
@@ -461,15 +503,10 @@ impl Inner {
         fut: impl std::future::Future<Output = mysql_async::Result<T>>,
     ) -> Result<T, StoreError> {
         self.queries.fetch_add(1, Ordering::Relaxed);
-        match tokio::time::timeout_at(d.0, fut).await {
+        match tokio::time::timeout_at(d.at, fut).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(self.mysql_error(shard, action, e)),
-            Err(_) => Err(StoreError::Timeout {
-                shard,
-                host: self.host_label(shard),
-                action,
-                after: self.query_timeout,
-            }),
+            Err(_) => Err(self.timeout(d, shard, action)),
         }
     }
 
@@ -539,15 +576,20 @@ impl Inner {
         self.run(d, shard, action, conn.query_drop(sql)).await
     }
 
-    /// One statement on one shard, outside any transaction; every row decoded as `T`.
+    /// One statement on one shard, outside any transaction, within the call's
+    /// deadline `d`; every row decoded as `T`.
     pub(crate) async fn read<T: FromRow>(
         &self,
+        d: Deadline,
         shard: u32,
         action: &'static str,
         sql: String,
         params: impl Into<Params>,
     ) -> Result<Vec<T>, StoreError> {
-        Ok(self.autocommit(shard, action, sql, params.into()).await?.0)
+        Ok(self
+            .autocommit(d, shard, action, sql, params.into())
+            .await?
+            .0)
     }
 
     /// One autocommitted statement that returns no rows; answers the rows affected.
@@ -555,13 +597,14 @@ impl Inner {
     /// are harmless to repeat.
     pub(crate) async fn write(
         &self,
+        d: Deadline,
         shard: u32,
         action: &'static str,
         sql: String,
         params: impl Into<Params>,
     ) -> Result<u64, StoreError> {
         let (_, affected) = self
-            .autocommit::<Row>(shard, action, sql, params.into())
+            .autocommit::<Row>(d, shard, action, sql, params.into())
             .await?;
         Ok(affected)
     }
@@ -588,13 +631,13 @@ impl Inner {
     /// failed attempts rather than failed calls.
     async fn autocommit<T: FromRow>(
         &self,
+        d: Deadline,
         shard: u32,
         action: &'static str,
         sql: String,
         params: Params,
     ) -> Result<(Vec<T>, u64), StoreError> {
-        let mut conn = self.checkout(shard).await?;
-        let d = self.deadline();
+        let mut conn = self.checkout(d, shard).await?;
         let mut retries = 0;
         loop {
             match self
@@ -604,7 +647,7 @@ impl Inner {
                 Ok(rows) => return Ok((rows, conn.affected())),
                 Err(e) if e.is_connection_lost() && retries < self.pool_size => {
                     retries += 1;
-                    conn = self.checkout(shard).await?;
+                    conn = self.checkout(d, shard).await?;
                 }
                 Err(e) => return Err(e),
             }
@@ -627,8 +670,12 @@ impl Inner {
         second: u32,
         op: write::Op,
     ) -> Result<(write::Done, Option<StoreError>), StoreError> {
-        let (mut c1, mut c2) = self.checkout_for(first, second).await?;
-        let d = self.deadline();
+        let d = if first == second {
+            self.deadline()
+        } else {
+            self.pair_deadline()
+        };
+        let (mut c1, mut c2) = self.checkout_for(d, first, second).await?;
         let mut attempt = 0;
         let mut stale = 0;
         loop {
@@ -645,7 +692,7 @@ impl Inner {
                 drop(begun);
                 stale += 1;
                 drop((c1, c2));
-                (c1, c2) = self.checkout_for(first, second).await?;
+                (c1, c2) = self.checkout_for(d, first, second).await?;
                 continue;
             }
             let mut txns = begun?;
@@ -663,34 +710,56 @@ impl Inner {
                     // just deadlocked do not collide again in lockstep.
                     let jitter = super::shards::splitmix64(now_micros()) % 4_000;
                     let pause = Duration::from_micros((1_000 << attempt) + jitter);
-                    tokio::time::sleep_until((Instant::now() + pause).min(d.0)).await;
+                    tokio::time::sleep_until((Instant::now() + pause).min(d.at)).await;
                 }
             }
         }
     }
 
-    /// One connection for a one-shard write, two for a two-shard one.
+    /// One connection for a one-shard write, two for a two-shard one (in
+    /// `(first, second)` order), all within the call's deadline.
+    ///
+    /// Writers that each hold one connection while waiting for a second could take
+    /// whole pools between them and wait on each other until they time out. Two
+    /// rules rule that out without making writers on unrelated hosts wait for each
+    /// other:
+    ///
+    /// - Across hosts, connections are checked out in host order, lower index
+    ///   first. A writer waiting on a host's pool then holds connections only of
+    ///   lower hosts, so waits never form a cycle: the highest host in any chain of
+    ///   waits is held only by callers that wait on no pool and finish.
+    /// - Two shards on one host take both connections from one pool, under that
+    ///   host's mutex: at most one writer per host holds one of its connections
+    ///   while waiting for another, and everyone else holding them finishes.
+    ///
+    /// So a host that hangs holds up only the writes that touch it.
     async fn checkout_for(
         &self,
+        d: Deadline,
         first: u32,
         second: u32,
     ) -> Result<(Conn, Option<Conn>), StoreError> {
         if first == second {
-            return Ok((self.checkout(first).await?, None));
+            return Ok((self.checkout(d, first).await?, None));
         }
-        // Connections for two shards, which may share a host and so a pool.
-        //
-        // Writers that each hold one connection while waiting for a second can take
-        // a whole pool between them and wait on each other until they time out. So
-        // the two checkouts happen under one store-wide mutex: at most one writer at
-        // a time holds a connection while waiting for another, and everyone else
-        // holding connections (readers, writers that have both) finishes without
-        // waiting on a pool, so the waiter always gets its second. The mutex is held
-        // only for the checkouts: microseconds while pools have idle connections.
-        let _turn = self.pair_checkout.lock().await;
-        let c1 = self.checkout(first).await?;
-        let c2 = self.checkout(second).await?;
-        Ok((c1, Some(c2)))
+        let (h1, h2) = (self.map.host_of(first), self.map.host_of(second));
+        if h1 == h2 {
+            let Ok(_turn) = tokio::time::timeout_at(d.at, self.host_turns[h1].lock()).await else {
+                return Err(self.timeout(d, first, "connect"));
+            };
+            let c1 = self.checkout(d, first).await?;
+            let c2 = self.checkout(d, second).await?;
+            return Ok((c1, Some(c2)));
+        }
+        if h1 < h2 {
+            let c1 = self.checkout(d, first).await?;
+            let c2 = self.checkout(d, second).await?;
+            Ok((c1, Some(c2)))
+        } else {
+            let c2 = self.checkout(d, second).await?;
+            let c1 = self.checkout(d, first).await?;
+            Ok((c1, Some(c2)))
+        }
     }
 
     async fn begin<'c>(

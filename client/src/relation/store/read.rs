@@ -133,12 +133,13 @@ impl Store {
     /// [`StoreError`] naming `user`'s shard.
     pub async fn following_ids(&self, user: u64) -> Result<Vec<u64>, StoreError> {
         let inner = self.inner();
+        let d = inner.deadline();
         let shard = inner.map().shard_of(user);
         let sql = format!(
             "SELECT friend_id FROM {} WHERE user_id = ?",
             inner.table(shard, Table::Following)
         );
-        inner.read(shard, "read following", sql, (user,)).await
+        inner.read(d, shard, "read following", sql, (user,)).await
     }
 
     /// [`following_ids`](Self::following_ids) for many users: one query per shard
@@ -153,6 +154,7 @@ impl Store {
         users: &[u64],
     ) -> Result<HashMap<u64, Vec<u64>>, StoreError> {
         let inner = self.inner();
+        let d = inner.deadline();
         let mut by_shard: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
         let mut out: HashMap<u64, Vec<u64>> = HashMap::with_capacity(users.len());
         for &u in users {
@@ -168,6 +170,7 @@ impl Store {
                     inner.table(shard, Table::Following)
                 );
                 inner.read::<(u64, u64)>(
+                    d,
                     shard,
                     "read following (batch)",
                     sql,
@@ -190,12 +193,13 @@ impl Store {
     /// [`StoreError`] naming `a`'s shard.
     pub async fn is_following(&self, a: u64, b: u64) -> Result<bool, StoreError> {
         let inner = self.inner();
+        let d = inner.deadline();
         let shard = inner.map().shard_of(a);
         let sql = format!(
             "SELECT 1 FROM {} WHERE user_id = ? AND friend_id = ?",
             inner.table(shard, Table::Following)
         );
-        let rows: Vec<u8> = inner.read(shard, "read following", sql, (a, b)).await?;
+        let rows: Vec<u8> = inner.read(d, shard, "read following", sql, (a, b)).await?;
         Ok(!rows.is_empty())
     }
 
@@ -211,6 +215,7 @@ impl Store {
         candidates: &[u64],
     ) -> Result<Vec<bool>, StoreError> {
         let inner = self.inner();
+        let d = inner.deadline();
         let shard = inner.map().shard_of(a);
         let mut found = std::collections::HashSet::new();
         for chunk in candidates.chunks(MAX_IN) {
@@ -223,6 +228,7 @@ impl Store {
             params.extend(values);
             let rows: Vec<u64> = inner
                 .read(
+                    d,
                     shard,
                     "read following (batch)",
                     sql,
@@ -242,6 +248,7 @@ impl Store {
     /// [`StoreError`] naming `a`'s shard.
     pub async fn relation(&self, a: u64, b: u64) -> Result<Relation, StoreError> {
         let inner = self.inner();
+        let d = inner.deadline();
         let shard = inner.map().shard_of(a);
         let sql = format!(
             "SELECT EXISTS(SELECT 1 FROM {} WHERE user_id = ? AND friend_id = ?), \
@@ -250,7 +257,7 @@ impl Store {
             inner.table(shard, Table::Followers),
         );
         let rows: Vec<(bool, bool)> = inner
-            .read(shard, "read relation", sql, (a, b, a, b))
+            .read(d, shard, "read relation", sql, (a, b, a, b))
             .await?;
         let (following, followed_by) = rows.first().copied().unwrap_or_default();
         Ok(Relation::from_flags(following, followed_by))
@@ -294,6 +301,7 @@ impl Store {
         limit: u32,
     ) -> Result<Page, StoreError> {
         let inner = self.inner();
+        let d = inner.deadline();
         let shard = inner.map().shard_of(user);
         let limit = limit.clamp(1, MAX_PAGE);
         let t = inner.table(shard, table);
@@ -307,7 +315,9 @@ impl Store {
                     "SELECT friend_id, auto_ts, mutual FROM {t} WHERE user_id = ? \
                      ORDER BY auto_ts DESC, friend_id DESC LIMIT ?"
                 );
-                inner.read(shard, "read page", sql, (user, fetch)).await?
+                inner
+                    .read(d, shard, "read page", sql, (user, fetch))
+                    .await?
             }
             Some(c) => {
                 let sql = format!(
@@ -316,7 +326,7 @@ impl Store {
                      ORDER BY auto_ts DESC, friend_id DESC LIMIT ?"
                 );
                 let params = (user, c.auto_ts, c.auto_ts, c.id, fetch);
-                inner.read(shard, "read page", sql, params).await?
+                inner.read(d, shard, "read page", sql, params).await?
             }
         };
         let mut entries: Vec<Entry> = rows
@@ -357,12 +367,13 @@ impl Store {
     /// thousands a typical user has. Very large accounts would want a counter table.
     async fn count(&self, table: Table, user: u64) -> Result<u64, StoreError> {
         let inner = self.inner();
+        let d = inner.deadline();
         let shard = inner.map().shard_of(user);
         let sql = format!(
             "SELECT COUNT(*) FROM {} WHERE user_id = ?",
             inner.table(shard, table)
         );
-        let rows: Vec<u64> = inner.read(shard, "count", sql, (user,)).await?;
+        let rows: Vec<u64> = inner.read(d, shard, "count", sql, (user,)).await?;
         Ok(rows.first().copied().unwrap_or(0))
     }
 }
