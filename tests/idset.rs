@@ -306,6 +306,112 @@ fn add_rem_in_place_with_xx_and_growth() {
     );
 }
 
+/// Write-throughs that say which change of the source they are apply only in
+/// sequence: the same change twice does nothing, and one that arrives after a later
+/// change drops the key rather than undo that change.
+#[test]
+fn sequenced_changes_apply_in_order_and_a_late_one_drops_the_key() {
+    let s = TestServer::start();
+    let mut con = s.conn();
+    let seq_of = |con: &mut Connection| -> i64 {
+        let info: std::collections::HashMap<String, RV> =
+            redis::cmd("IDSET.INFO").arg("f").query(con).unwrap();
+        redis::from_redis_value(info["seq"].clone()).unwrap()
+    };
+    let members = |con: &mut Connection| -> Option<Vec<u64>> {
+        let mut m: Option<Vec<u64>> = redis::cmd("IDSET.MEMBERS").arg("f").query(con).unwrap();
+        if let Some(m) = m.as_mut() {
+            m.sort_unstable();
+        }
+        m
+    };
+    let change = |con: &mut Connection, op: &str, seq: u64, id: u64| -> RV {
+        let mut c = redis::cmd(op);
+        c.arg("f");
+        if op == "IDSET.ADD" {
+            c.arg("XX");
+        }
+        c.arg("SEQ").arg(seq).arg(id).query(con).unwrap()
+    };
+    // A load as of change 10.
+    let n: i64 = redis::cmd("IDSET.LOAD")
+        .arg("f")
+        .arg("SEQ")
+        .arg(10)
+        .arg("IDS")
+        .arg(&[1, 2])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(n, 2);
+    assert_eq!(seq_of(&mut con), 10);
+    // Changes the load already includes: nothing happens.
+    assert_eq!(change(&mut con, "IDSET.ADD", 10, 3), RV::Int(0));
+    assert_eq!(members(&mut con), Some(vec![1, 2]));
+    // Newer changes apply in order, even those that change no id.
+    assert_eq!(change(&mut con, "IDSET.ADD", 12, 3), RV::Int(1));
+    assert_eq!(change(&mut con, "IDSET.ADD", 13, 3), RV::Int(0));
+    assert_eq!(change(&mut con, "IDSET.REM", 15, 1), RV::Int(1));
+    assert_eq!(seq_of(&mut con), 15);
+    assert_eq!(change(&mut con, "IDSET.REM", 15, 1), RV::Int(0), "a retry");
+    assert_eq!(members(&mut con), Some(vec![2, 3]));
+    // Change 14 (say, a follow of 1 that committed before the unfollow at 15)
+    // arrives last: applying it would undo 15, so the key goes.
+    let late_before: i64 = harness::info_stat(&mut con, "idsets", "idset_late_changes");
+    assert_eq!(change(&mut con, "IDSET.ADD", 14, 1), RV::Nil);
+    assert_eq!(members(&mut con), None, "dropped, to be reloaded");
+    let late_after: i64 = harness::info_stat(&mut con, "idsets", "idset_late_changes");
+    assert_eq!(late_after, late_before + 1);
+    // The same for a late removal.
+    let _: i64 = redis::cmd("IDSET.LOAD")
+        .arg("f")
+        .arg("SEQ")
+        .arg(20)
+        .arg("IDS")
+        .arg(&[1])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(change(&mut con, "IDSET.REM", 19, 1), RV::Nil);
+    assert_eq!(members(&mut con), None);
+    // A change to a missing key stays a miss, and XX creates nothing.
+    assert_eq!(change(&mut con, "IDSET.ADD", 30, 1), RV::Nil);
+    assert_eq!(change(&mut con, "IDSET.REM", 30, 1), RV::Nil);
+    // Without SEQ a set is as of no change (0), and any sequenced one is newer.
+    let _: i64 = redis::cmd("SADD").arg("f").arg(5).query(&mut con).unwrap();
+    assert_eq!(seq_of(&mut con), 0);
+    assert_eq!(change(&mut con, "IDSET.ADD", 1, 6), RV::Int(1));
+    // An unsequenced write leaves the sequence where it was.
+    let _: i64 = redis::cmd("IDSET.ADD")
+        .arg("f")
+        .arg(7)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(seq_of(&mut con), 1);
+    // Bad sequence numbers and misplaced options are refused.
+    for bad in [
+        &["IDSET.ADD", "f", "SEQ", "-1", "1"][..],
+        &["IDSET.ADD", "f", "SEQ", "x", "1"],
+    ] {
+        let err = redis::cmd(bad[0])
+            .arg(&bad[1..])
+            .query::<RV>(&mut con)
+            .unwrap_err();
+        assert!(err.to_string().contains("invalid sequence number"), "{err}");
+    }
+    let err = redis::cmd("IDSET.REM")
+        .arg(&["f", "XX", "1"])
+        .query::<RV>(&mut con)
+        .unwrap_err();
+    assert!(err.to_string().contains("not a valid id"), "{err}");
+    let err = redis::cmd("IDSET.ADD")
+        .arg(&["f", "SEQ", "5"])
+        .query::<RV>(&mut con)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("wrong number of arguments"),
+        "{err}"
+    );
+}
+
 #[test]
 fn members_scan_which_and_info() {
     let s = TestServer::start();
@@ -415,10 +521,10 @@ fn resp3_shapes() {
     raw.write_all(b"IDSET.CARD nope\r\nIDSET.LOAD k IDS 1 2\r\nIDSET.INFO k\r\n")
         .unwrap();
     let mut got = Vec::new();
-    // The INFO map ends with the seed field; read until its value is complete.
+    // The INFO map ends with the seq field; read until its value is complete.
     let complete = |g: &[u8]| {
         let t = String::from_utf8_lossy(g);
-        t.split_once("+seed\r\n:")
+        t.split_once("+seq\r\n:")
             .is_some_and(|(_, rest)| rest.contains("\r\n"))
     };
     while !complete(&got) {
@@ -427,7 +533,7 @@ fn resp3_shapes() {
         got.extend_from_slice(&buf[..n]);
     }
     let text = String::from_utf8_lossy(&got);
-    assert!(text.starts_with("_\r\n:2\r\n%9\r\n"), "{text}");
+    assert!(text.starts_with("_\r\n:2\r\n%10\r\n"), "{text}");
     assert!(
         text.contains("+load_factor\r\n,"),
         "doubles are RESP3 doubles: {text}"
@@ -491,6 +597,69 @@ proptest! {
                     }
                 }
             }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Follows and unfollows of a few ids, numbered as their source committed them;
+    /// a load as of one of them; then every write-through arriving in any order. The
+    /// set ends up exactly as the source has it, or missing (to be reloaded) — never
+    /// wrong. Arriving in order, it is never dropped.
+    #[test]
+    fn sequenced_changes_in_any_arrival_order_never_leave_a_wrong_set(
+        start in proptest::collection::btree_set(0u64..6, 0..6),
+        picks in proptest::collection::vec(0u64..6, 1..25),
+        loaded_after in any::<prop::sample::Index>(),
+        arrival in any::<u64>(),
+        in_order in any::<bool>(),
+    ) {
+        use rand::seq::SliceRandom;
+        use rand::SeedableRng;
+        // Each change flips one id; sequence numbers have gaps, as a shared
+        // counter's do.
+        let mut state = start.clone();
+        let mut states = vec![state.clone()];
+        let mut changes = Vec::new();
+        for (i, &id) in picks.iter().enumerate() {
+            let seq = 3 * (i as u64 + 1) + 7;
+            let add = state.insert(id);
+            if !add {
+                state.remove(&id);
+            }
+            changes.push((seq, add, id));
+            states.push(state.clone());
+        }
+        let k = loaded_after.index(changes.len() + 1);
+        let load_seq = if k == 0 { 0 } else { changes[k - 1].0 };
+        let s = TestServer::start();
+        let mut con = s.conn();
+        let loaded: Vec<u64> = states[k].iter().copied().collect();
+        let _: i64 = redis::cmd("IDSET.LOAD").arg("f").arg("SEQ").arg(load_seq).arg("PACKED").arg(packed(&loaded)).query(&mut con).unwrap();
+        let mut arriving = changes.clone();
+        if in_order {
+            arriving.retain(|&(seq, _, _)| seq > load_seq);
+        } else {
+            arriving.shuffle(&mut rand::rngs::StdRng::seed_from_u64(arrival));
+        }
+        for (seq, add, id) in arriving {
+            let mut c = redis::cmd(if add { "IDSET.ADD" } else { "IDSET.REM" });
+            c.arg("f");
+            if add {
+                c.arg("XX");
+            }
+            let _: RV = c.arg("SEQ").arg(seq).arg(id).query(&mut con).unwrap();
+        }
+        let got: Option<Vec<u64>> = redis::cmd("IDSET.MEMBERS").arg("f").query(&mut con).unwrap();
+        let want: Vec<u64> = state.iter().copied().collect();
+        match got {
+            Some(mut got) => {
+                got.sort_unstable();
+                prop_assert_eq!(got, want);
+            }
+            None => prop_assert!(!in_order, "changes in order never drop the set"),
         }
     }
 }

@@ -128,6 +128,9 @@ pub struct Stats {
     pub lease_releases: Counter,
     /// Leases that lapsed and were replaced or swept.
     pub lease_lapses: Counter,
+    /// Sequenced idset changes that arrived after a later one, each dropping its
+    /// key (see `IdSet::order`).
+    pub idset_late_changes: Counter,
     /// Connections parked in a blocking command right now (a gauge).
     pub blocked_clients: Gauge,
 }
@@ -156,6 +159,7 @@ impl Stats {
             &self.lease_revocations,
             &self.lease_releases,
             &self.lease_lapses,
+            &self.idset_late_changes,
         ] {
             c.reset();
         }

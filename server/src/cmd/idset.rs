@@ -9,11 +9,29 @@
 //!   not send it;
 //! - batch membership in decimal (`IDSET.MEXISTS`) or binary (`IDSET.MEXISTSBIN`:
 //!   packed little-endian ids in, a bitmap out, nothing to parse on either side);
-//! - write-through updates that never create a partial set (`IDSET.ADD … XX`);
+//! - write-through updates that never create a partial set (`IDSET.ADD … XX`), and
+//!   that are applied in the order the source of truth committed them however they
+//!   arrive (`SEQ`: see below);
 //! - one id against many keys (`IDSET.WHICH`): "which of the people I follow follow X?".
 //!
 //! Unlike SREM, removing the last id keeps an empty set: an empty set is a cached
 //! answer ("follows nobody"), not a miss.
+//!
+//! # Sequenced changes
+//!
+//! Two writers that follow and unfollow the same user one after the other in MySQL
+//! send their cache updates afterwards, and nothing makes those arrive in commit
+//! order: an `IDSET.ADD` held up on the network can land after the `IDSET.REM` that
+//! committed later, and leave the set saying "follows" for good. So a set carries
+//! the sequence number of the newest change it reflects (`IDSET.LOAD … SEQ n`: the
+//! newest change the loaded ids include), and a write-through says which change it
+//! is (`IDSET.ADD key XX SEQ n id`, `IDSET.REM key SEQ n id`). A change newer than
+//! the set is applied and moves the set on; the same change again does nothing; an
+//! older one arrived out of order — after a later change, or after a load that may
+//! or may not include it — and the set can no longer be trusted, so the key is
+//! dropped (answered nil, as a missing key) and the next read reloads it. Changes to
+//! different ids commute, so only arrival out of sequence order costs a reload, and
+//! that is rare: it takes two writes to one user within a network delay.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use relcache_protocol::idset::{self, Builder, TableRef};
@@ -23,7 +41,7 @@ use super::ids::{id_frame, parse_id, parse_ids};
 use super::lease::{self, LeaseOpts};
 use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, Ctx};
-use crate::db::{IdSet, Value};
+use crate::db::{IdSet, Order, Value};
 use crate::error::{CmdError, CmdResult};
 
 const ONE_KEY_READ: u32 = spec::READONLY | spec::FAST;
@@ -36,7 +54,7 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
         keys: Keys::ONE,
         group: Group::Idset,
         since: "0.1.0",
-        summary: "Replaces a key with a whole id set: a prebuilt table, packed ids, or decimal ids.",
+        summary: "Replaces a key with a whole id set: a prebuilt table, packed ids, or decimal ids; with SEQ, as of that change of its source.",
         complexity: "O(N) with N the number of ids",
         handler: load,
         ..CommandSpec::DEFAULT
@@ -83,7 +101,7 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
         keys: Keys::ONE,
         group: Group::Idset,
         since: "0.1.0",
-        summary: "Adds ids; with XX only if the key exists (nil otherwise). Returns the number added.",
+        summary: "Adds ids; with XX only if the key exists (nil otherwise); with SEQ only in sequence (a late change drops the key: nil). Returns the number added.",
         complexity: "O(N) amortized with N the number of ids",
         handler: add,
         ..CommandSpec::DEFAULT
@@ -95,7 +113,7 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
         keys: Keys::ONE,
         group: Group::Idset,
         since: "0.1.0",
-        summary: "Removes ids, keeping an empty set. Returns the number removed; nil if the key is missing.",
+        summary: "Removes ids, keeping an empty set; with SEQ only in sequence (a late change drops the key: nil). Returns the number removed; nil if the key is missing.",
         complexity: "O(N) with N the number of ids",
         handler: rem,
         ..CommandSpec::DEFAULT
@@ -181,11 +199,12 @@ fn unpack(blob: &[u8]) -> Result<Vec<u64>, CmdError> {
         .collect())
 }
 
-/// IDSET.LOAD key [EX seconds | PX milliseconds] [RESERVE n] [LEASE token] (TABLE blob | PACKED blob | IDS id …)
+/// IDSET.LOAD key [EX seconds | PX milliseconds] [RESERVE n] [LEASE token] [SEQ n] (TABLE blob | PACKED blob | IDS id …)
 fn load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let mut expire_ms: Option<i64> = None;
     let mut reserve = 0usize;
     let mut lease_token = None;
+    let mut seq = 0;
     let mut i = 2;
     let set = loop {
         let Some(opt) = args.get(i) else {
@@ -213,6 +232,9 @@ fn load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         } else if eq_ic(opt, "LEASE") {
             lease_token = Some(lease::parse_token(value)?);
             i += 2;
+        } else if eq_ic(opt, "SEQ") {
+            seq = parse_seq(value)?;
+            i += 2;
         } else if eq_ic(opt, "TABLE") {
             if args.len() != i + 2 {
                 return Err(CmdError::Syntax);
@@ -233,6 +255,7 @@ fn load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             return Err(CmdError::Syntax);
         }
     };
+    let set = set.with_seq(seq);
     let len = set.len();
     let key = &args[1];
     let v = match lease_token {
@@ -326,27 +349,71 @@ fn bitmap(table: TableRef<'_>, packed: &[u8]) -> CmdResult {
     Ok(Frame::Bulk(bitmap.into()))
 }
 
+/// A change's sequence number: a canonical decimal `u64`.
+fn parse_seq(arg: &[u8]) -> Result<u64, CmdError> {
+    super::ids::parse_id_opt(arg).ok_or_else(|| CmdError::err("invalid sequence number"))
+}
+
+/// The options of a write-through, `[XX] [SEQ n]` in any order (XX only where
+/// `xx_allowed`), and where the ids start.
+fn change_opts(args: &[Bytes], xx_allowed: bool) -> Result<(bool, Option<u64>, usize), CmdError> {
+    let (mut xx, mut seq, mut i) = (false, None, 2);
+    loop {
+        match args.get(i) {
+            Some(a) if xx_allowed && !xx && eq_ic(a, "XX") => {
+                xx = true;
+                i += 1;
+            }
+            Some(a) if seq.is_none() && eq_ic(a, "SEQ") => {
+                seq = Some(parse_seq(args.get(i + 1).ok_or(CmdError::Syntax)?)?);
+                i += 2;
+            }
+            _ => return Ok((xx, seq, i)),
+        }
+    }
+}
+
+/// IDSET.ADD key [XX] [SEQ n] id …
 fn add(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let xx = eq_ic(&args[2], "XX");
-    let first = if xx { 3 } else { 2 };
+    let (xx, seq, first) = change_opts(args, true)?;
     if args.len() <= first {
         return Err(CmdError::WrongArity(ctx.spec.name.into()));
     }
     let ids = parse_ids(&args[first..])?;
-    match super::sets::add_ids(ctx, &args[1], &ids, xx)? {
+    match super::sets::add_ids(ctx, &args[1], &ids, xx, seq)? {
         Some(added) => Ok(Frame::Integer(added as i64)),
         None => Ok(Frame::Null),
     }
 }
 
+/// IDSET.REM key [SEQ n] id …
 fn rem(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let ids = parse_ids(&args[2..])?;
-    match ctx.view().get_mut(&args[1]) {
-        None => Ok(Frame::Null),
-        Some(e) => Ok(Frame::Integer(
-            e.value_mut().as_idset_mut()?.remove_many(&ids) as i64,
-        )),
+    let (_, seq, first) = change_opts(args, false)?;
+    if args.len() <= first {
+        return Err(CmdError::WrongArity(ctx.spec.name.into()));
     }
+    let ids = parse_ids(&args[first..])?;
+    let late = &ctx.server.stats.idset_late_changes;
+    let v = ctx.view();
+    let Some(e) = v.get_mut(&args[1]) else {
+        return Ok(Frame::Null);
+    };
+    let set = e.value_mut().as_idset_mut()?;
+    let removed = match seq.map(|s| (s, set.order(s))) {
+        None => set.remove_many(&ids),
+        Some((s, Order::Next)) => {
+            let removed = set.remove_many(&ids);
+            set.advance(s);
+            removed
+        }
+        Some((_, Order::Applied)) => 0,
+        Some((_, Order::Late)) => {
+            v.remove(&args[1]);
+            late.incr();
+            return Ok(Frame::Null);
+        }
+    };
+    Ok(Frame::Integer(removed as i64))
 }
 
 fn card(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
@@ -468,6 +535,7 @@ fn info(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             }),
         ),
         field("seed", Frame::Integer(t.seed() as i64)),
+        field("seq", Frame::Integer(set.seq() as i64)),
     ]))
 }
 

@@ -455,7 +455,7 @@ fn info(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
                     let _ = write!(out, "db0:keys={keys},expires={expires},avg_ttl=0\r\n");
                 }
             }
-            Section::Idsets => info_idsets(&mut out),
+            Section::Idsets => info_idsets(ctx.server, &mut out),
             Section::Leases => info_leases(ctx.server, &mut out),
             // No modules; per-error-code and latency-percentile tables are not kept.
             Section::Modules | Section::Errorstats | Section::Latencystats => {}
@@ -482,7 +482,7 @@ fn info_leases(server: &Server, out: &mut String) {
 }
 
 /// relcache's own section: the idset tables, from totals kept as they change.
-fn info_idsets(out: &mut String) {
+fn info_idsets(server: &Server, out: &mut String) {
     let t = &crate::db::IDSET_TOTALS;
     let (tables, ids, slots, used, bytes) = (
         t.tables.get(),
@@ -508,6 +508,11 @@ fn info_idsets(out: &mut String) {
     let _ = write!(
         out,
         "idset_bytes_per_id:{per_id:.2}\r\nidset_avg_load_factor:{load:.4}\r\n"
+    );
+    field(
+        out,
+        "idset_late_changes",
+        server.stats.idset_late_changes.get(),
     );
 }
 

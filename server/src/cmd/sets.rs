@@ -25,8 +25,9 @@ use relcache_protocol::resp::Frame;
 use super::ids::{id_frame, parse_id, parse_ids};
 use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, parse_i64_opt, Ctx};
-use crate::db::{IdSet, Value, View};
+use crate::db::{IdSet, Order, Value, View};
 use crate::error::{CmdError, CmdResult};
+use crate::stats::Counter;
 
 /// An add of more ids than this that may create its key builds the new table
 /// before taking the lock (see [`add_ids`]).
@@ -244,6 +245,10 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
 /// `only_if_present` (nothing is created). Call it after parsing every argument and
 /// before taking the view: it takes the view itself, and may release and retake it.
 ///
+/// With `seq`, the adds are change `seq` of the set's source of truth, applied only
+/// in order (see [`Order`]): a change already applied adds nothing, and one that
+/// arrived after a later change drops the key, which is then answered as absent.
+///
 /// The expensive parts run without the shard lock where they can:
 /// - a batch of more than [`SPECULATIVE_BUILD_MIN`] ids that may create the key is
 ///   built into a table before locking (wasted if the key turns out to exist, which
@@ -255,7 +260,8 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
 ///
 /// Inside EXEC the transaction's locks cannot be released and everything happens
 /// under them. A call that adds nothing does not touch the key, so a WATCH of it
-/// does not fire (as in Redis, where SADD of existing members modifies nothing).
+/// does not fire (as in Redis, where SADD of existing members modifies nothing) —
+/// unless it is a sequenced change, which moves the set's sequence number on.
 ///
 /// # Errors
 ///
@@ -265,35 +271,45 @@ pub(super) fn add_ids(
     key: &[u8],
     ids: &[u64],
     only_if_present: bool,
+    seq: Option<u64>,
 ) -> Result<Option<u64>, CmdError> {
     let mut fresh =
         (!only_if_present && ids.len() > SPECULATIVE_BUILD_MIN).then(|| IdSet::build(ids));
     let may_release = !ctx.in_exec();
+    let late = &ctx.server.stats.idset_late_changes;
     let v = ctx.view();
     let grow = match v.peek(key) {
         None if only_if_present => return Ok(None),
-        None => return Ok(Some(create(v, key, ids, fresh.take()))),
+        None => return Ok(Some(create(v, key, ids, fresh.take(), seq))),
         Some(e) => {
             let set = e.value().as_idset()?;
             let table = set.table(); // the header is read once, not per id
-            let Some(first_new) = ids.iter().position(|&id| !table.contains(id)) else {
-                return Ok(Some(0));
-            };
-            let new = &ids[first_new..];
-            // `may_need_rebuild` assumes every id is new: count the ones that really
-            // are before deciding, so re-adding members never grows a table.
-            if may_release && set.may_need_rebuild(new.len()) {
-                let incoming = new.iter().filter(|&&id| !table.contains(id)).count();
-                set.may_need_rebuild(incoming)
-                    .then(|| (set.clone(), incoming))
-            } else {
-                None
+            match ids.iter().position(|&id| !table.contains(id)) {
+                // Out-of-order and repeated changes, and in-order ones that add
+                // nothing, are settled under the lock below.
+                _ if seq.is_some_and(|s| set.order(s) != Order::Next) => None,
+                None if seq.is_none() => return Ok(Some(0)),
+                None => None,
+                Some(first_new) => {
+                    let new = &ids[first_new..];
+                    // `may_need_rebuild` assumes every id is new: count the ones that
+                    // really are before deciding, so re-adding members never grows a
+                    // table.
+                    if may_release && set.may_need_rebuild(new.len()) {
+                        let incoming = new.iter().filter(|&&id| !table.contains(id)).count();
+                        set.may_need_rebuild(incoming)
+                            .then(|| (set.clone(), incoming))
+                    } else {
+                        None
+                    }
+                }
             }
         }
     };
     drop(fresh);
+    let sequenced = seq.map(|s| (s, late));
     let Some((snapshot, incoming)) = grow else {
-        return insert_into(v, key, ids, only_if_present);
+        return insert_into(v, key, ids, only_if_present, sequenced);
     };
     ctx.release_view();
     let bigger = snapshot.plan_rebuild(incoming);
@@ -307,26 +323,52 @@ pub(super) fn add_ids(
             }
         }
     }
-    insert_into(v, key, ids, only_if_present)
+    insert_into(v, key, ids, only_if_present, sequenced)
 }
 
-/// Adds `ids` under the lock: into the set at `key`, or a new set.
+/// Adds `ids` under the lock: into the set at `key`, or a new set. A sequenced
+/// change, `(seq, late)`, is applied only in order; `late` counts the keys dropped
+/// for a change that came out of it.
 fn insert_into(
     v: &mut View<'_>,
     key: &[u8],
     ids: &[u64],
     only_if_present: bool,
+    sequenced: Option<(u64, &Counter)>,
 ) -> Result<Option<u64>, CmdError> {
-    match v.get_mut(key) {
-        Some(e) => Ok(Some(e.value_mut().as_idset_mut()?.insert_many(ids))),
-        None if only_if_present => Ok(None),
-        None => Ok(Some(create(v, key, ids, None))),
+    let seq = sequenced.map(|(s, _)| s);
+    let Some(e) = v.get_mut(key) else {
+        return Ok((!only_if_present).then(|| create(v, key, ids, None, seq)));
+    };
+    let set = e.value_mut().as_idset_mut()?;
+    match sequenced.map(|(s, late)| (s, late, set.order(s))) {
+        None => Ok(Some(set.insert_many(ids))),
+        Some((s, _, Order::Next)) => {
+            let added = set.insert_many(ids);
+            set.advance(s);
+            Ok(Some(added))
+        }
+        Some((_, _, Order::Applied)) => Ok(Some(0)),
+        Some((_, late, Order::Late)) => {
+            v.remove(key);
+            late.incr();
+            Ok(None)
+        }
     }
 }
 
-/// Stores a new set of `ids` (or the table already built from them) at `key`.
-fn create(v: &mut View<'_>, key: &[u8], ids: &[u64], built: Option<IdSet>) -> u64 {
-    let set = built.unwrap_or_else(|| IdSet::build(ids));
+/// Stores a new set of `ids` (or the table already built from them) at `key`, as
+/// of change `seq` if given.
+fn create(
+    v: &mut View<'_>,
+    key: &[u8],
+    ids: &[u64],
+    built: Option<IdSet>,
+    seq: Option<u64>,
+) -> u64 {
+    let set = built
+        .unwrap_or_else(|| IdSet::build(ids))
+        .with_seq(seq.unwrap_or(0));
     let n = set.len();
     v.insert(key, Value::IdSet(set), 0);
     n
@@ -350,7 +392,7 @@ fn remove_ids(v: &mut View<'_>, key: &[u8], ids: &[u64]) -> u64 {
 
 fn sadd(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let ids = parse_ids(&args[2..])?;
-    let added = add_ids(ctx, &args[1], &ids, false)?.unwrap_or(0);
+    let added = add_ids(ctx, &args[1], &ids, false, None)?.unwrap_or(0);
     Ok(Frame::Integer(added as i64))
 }
 
@@ -686,7 +728,7 @@ fn set_op_store(ctx: &mut Ctx<'_, '_>, args: &[Bytes], op: SetOp) -> CmdResult {
         v.remove(dst);
         return Ok(Frame::Integer(0));
     }
-    let n = create(v, dst, &ids, None);
+    let n = create(v, dst, &ids, None, None);
     Ok(Frame::Integer(n as i64))
 }
 
@@ -769,7 +811,7 @@ fn smove(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         return Ok(Frame::Integer(i64::from(present)));
     }
     remove_ids(v, src, &[id]);
-    insert_into(v, dst, &[id], false)?;
+    insert_into(v, dst, &[id], false, None)?;
     Ok(Frame::Integer(1))
 }
 

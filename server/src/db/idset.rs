@@ -22,10 +22,28 @@ const SHRINK_RATIO: u64 = 8;
 /// Tables this small are never shrunk: it would save little and churn a lot.
 const SHRINK_MIN_CAPACITY: u32 = 1024;
 
-/// An idset value: a table known to be valid.
+/// An idset value: a table known to be valid, and the sequence number of the
+/// newest change from the source of truth it reflects (see [`IdSet::order`]).
 #[derive(Debug)]
 pub struct IdSet {
     table: Bytes,
+    /// 0 for a set that no sequenced load or change has touched.
+    seq: u64,
+}
+
+/// Where a sequenced change (`IDSET.ADD … SEQ n`, `IDSET.REM … SEQ n`) stands
+/// against the set it is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Newer than anything the set reflects: apply it, and the set is then as of it.
+    Next,
+    /// The very change the set is as of (a retried write-through): nothing to do.
+    Applied,
+    /// Older than what the set reflects: it arrived after a later change, or after
+    /// a load that may or may not have included it. Applying it could undo a later
+    /// change to the same id and skipping it could lose it, so the set can no longer
+    /// be trusted.
+    Late,
 }
 
 /// Totals over every idset value alive, for INFO's idsets section: kept as the
@@ -81,7 +99,7 @@ impl IdSet {
     }
 
     fn counted(table: Bytes) -> IdSet {
-        let s = IdSet { table };
+        let s = IdSet { table, seq: 0 };
         TOTALS.tables.add(1);
         s.account(1, None);
         s
@@ -90,7 +108,7 @@ impl IdSet {
 
 impl Clone for IdSet {
     fn clone(&self) -> IdSet {
-        IdSet::counted(self.table.clone())
+        IdSet::counted(self.table.clone()).with_seq(self.seq)
     }
 }
 
@@ -117,6 +135,34 @@ impl IdSet {
     /// The table, for reads.
     pub fn table(&self) -> TableRef<'_> {
         TableRef::open(&self.table).expect("stored tables are valid")
+    }
+
+    /// The same set, as of change `seq` of its source of truth.
+    pub fn with_seq(mut self, seq: u64) -> IdSet {
+        self.seq = seq;
+        self
+    }
+
+    /// The newest sequenced change (or load) this set reflects; 0 if none.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Where change `seq` stands against this set: changes must arrive in the
+    /// order their source committed them, which the sequence numbers give.
+    pub fn order(&self, seq: u64) -> Order {
+        match seq.cmp(&self.seq) {
+            std::cmp::Ordering::Greater => Order::Next,
+            std::cmp::Ordering::Equal => Order::Applied,
+            std::cmp::Ordering::Less => Order::Late,
+        }
+    }
+
+    /// Records that change `seq` (which [`order`](Self::order) found `Next`) has
+    /// been applied.
+    pub fn advance(&mut self, seq: u64) {
+        debug_assert!(seq > self.seq);
+        self.seq = seq;
     }
 
     /// The table bytes (what GET returns).

@@ -27,7 +27,7 @@ use ahash::RandomState;
 use parking_lot::RwLock;
 
 pub use entry::{Entry, Value};
-pub use idset::{IdSet, TOTALS as IDSET_TOTALS};
+pub use idset::{IdSet, Order, TOTALS as IDSET_TOTALS};
 pub use key::Key;
 pub use lease::LeaseState;
 pub use shard::{Lookup, ShardMap, WatchFlag};
