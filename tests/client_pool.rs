@@ -309,6 +309,7 @@ async fn typed_idset_commands_round_trip() {
     let ttl = LoadOpts {
         ttl: Some(Duration::from_secs(60)),
         lease: None,
+        seq: None,
     };
     assert!(pool
         .idset_load_table("f:1", build_table(&ids), ttl)
@@ -455,6 +456,7 @@ async fn leases_let_one_caller_fill_a_miss_while_others_wait() {
     let fill = LoadOpts {
         ttl: None,
         lease: Some(token),
+        seq: None,
     };
     assert!(holder
         .run(Cmd::idset_load_ids("u:1", &ids, fill))
@@ -495,6 +497,7 @@ async fn leases_let_one_caller_fill_a_miss_while_others_wait() {
     let stale = LoadOpts {
         ttl: None,
         lease: Some(next),
+        seq: None,
     };
     assert!(!pool.idset_load_ids("u:2", &[1, 2], stale).await.unwrap());
     assert_eq!(pool.idset_members("u:2").await.unwrap(), Some(vec![99]));
@@ -543,6 +546,7 @@ async fn a_fill_lands_even_when_waiters_hold_the_rest_of_the_pool() {
     let fill = LoadOpts {
         ttl: None,
         lease: Some(token),
+        seq: None,
     };
     assert!(holder
         .run(Cmd::idset_load_ids("k", &[2], fill))

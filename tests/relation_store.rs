@@ -632,3 +632,38 @@ async fn a_hung_host_holds_up_only_the_writes_that_touch_it() {
     }
     assert!(!held.lock().unwrap().is_empty(), "the hung host was asked");
 }
+
+/// Every follow or unfollow that changes something gets a sequence number, larger
+/// than any earlier change of the same user's set, and a snapshot of the set
+/// carries the newest one it includes: what the cache orders write-throughs by.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_are_numbered_in_commit_order_and_snapshots_carry_the_newest() {
+    let store = relation_store(mariadb::shared().url(), "seq", SHARDS, |_| {}).await;
+    let (a, b, c) = (31u64, 32u64, 33u64);
+    assert_eq!(store.following_snapshot(a).await.unwrap().seq, 0);
+    let mut last = 0;
+    // (follow?, whom): each one changes the set.
+    let steps = [(true, b), (true, c), (false, b), (true, b), (false, b)];
+    for (step, (follow, whom)) in steps.into_iter().enumerate() {
+        let seq = if follow {
+            store.follow(a, whom).await.unwrap().seq
+        } else {
+            store.unfollow(a, whom).await.unwrap().seq
+        }
+        .expect("a change that happened is numbered");
+        assert!(seq > last, "step {step}: {seq} after {last}");
+        last = seq;
+        let snapshot = store.following_snapshot(a).await.unwrap();
+        assert_eq!(snapshot.seq, seq);
+    }
+    // Changes that change nothing have no number, and move nothing.
+    assert_eq!(store.follow(a, c).await.unwrap().seq, None);
+    assert_eq!(store.unfollow(a, b).await.unwrap().seq, None);
+    let snapshot = store.following_snapshot(a).await.unwrap();
+    assert_eq!((snapshot.ids, snapshot.seq), (vec![c], last));
+    // Batched, users with and without changes.
+    let many = store.following_snapshots(&[a, b, a]).await.unwrap();
+    assert_eq!(many.len(), 2);
+    assert_eq!(many[&a].seq, last);
+    assert_eq!(many[&b], Default::default());
+}

@@ -230,6 +230,7 @@ async fn a_fill_that_read_mysql_before_a_write_never_hides_the_write() {
         let fill = LoadOpts {
             ttl: None,
             lease: Some(token),
+            seq: None,
         };
         let stored = t
             .cache()
@@ -249,6 +250,118 @@ async fn a_fill_that_read_mysql_before_a_write_never_hides_the_write() {
             .unwrap();
         assert_eq!(cached, Some(write_follows), "the refill has the write");
     }
+}
+
+/// The race sequence numbers exist for, played step by step: a follow commits and
+/// its write-through is held up; an unfollow of the same pair commits and writes
+/// through; then the follow's write-through arrives. Applied as it comes it would
+/// undo the unfollow; it must not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_through_that_arrives_late_never_undoes_a_later_write() {
+    let server = TestServer::start();
+    let t = tier(&server, mariadb::shared(), "reorder").await;
+    let key = |u| t.cache_key(u);
+    for (a, b, c) in [(41, 42, 43), (51, 52, 53)] {
+        t.follow(a, c).await.unwrap();
+        assert!(t.is_following(a, c).await.unwrap(), "a's set is cached now");
+        // Process 1 follows b; its write-through is still on its way.
+        let followed = t.store().follow(a, b).await.unwrap();
+        let held_up = followed.seq.expect("a new follow has a sequence number");
+        // Process 2 unfollows b, all the way through.
+        let unfollowed = t.unfollow(a, b).await.unwrap();
+        assert!(unfollowed.removed && unfollowed.seq > Some(held_up));
+        assert_eq!(
+            t.cache().run(Cmd::idset_exists(key(a), b)).await.unwrap(),
+            Some(false)
+        );
+        // Process 1's write-through lands last: refused, and the set dropped.
+        let late = Cmd::idset_add_xx_seq(key(a), held_up, &[b]);
+        assert_eq!(t.cache().run(late).await.unwrap(), None);
+        assert_eq!(t.cache().run(Cmd::idset_card(key(a))).await.unwrap(), None);
+        assert!(!t.is_following(a, b).await.unwrap());
+        assert!(t.is_following(a, c).await.unwrap());
+        // Refilled as of the unfollow: its own write-through again is a no-op,
+        // and the follow's is still late.
+        let again = Cmd::idset_rem_seq(key(a), unfollowed.seq.unwrap(), &[b]);
+        assert_eq!(t.cache().run(again).await.unwrap(), Some(0));
+        let late = Cmd::idset_add_xx_seq(key(a), held_up, &[b]);
+        assert_eq!(t.cache().run(late).await.unwrap(), None);
+        assert!(!t.is_following(a, b).await.unwrap());
+    }
+}
+
+/// A follow whose COMMIT was sent but never answered may or may not stand; the
+/// cached set must not pretend to know. MariaDB's BACKUP STAGE BLOCK_COMMIT holds
+/// the commit past the store's timeout, then lets it through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_outcome_is_unknown_leaves_no_stale_set() {
+    use mysql_async::prelude::Queryable;
+    let server = TestServer::start();
+    let db = MariaDb::start();
+    let t = tier_with(&server, &db, "unknown", |c| {
+        c.query_timeout = Duration::from_millis(700);
+    })
+    .await;
+    let (a, b) = (61, 62);
+    assert!(
+        !t.is_following(a, b).await.unwrap(),
+        "cached: follows nobody"
+    );
+    let mut blocker = mysql_async::Conn::from_url(db.url()).await.unwrap();
+    blocker.query_drop("BACKUP STAGE START").await.unwrap();
+    blocker
+        .query_drop("BACKUP STAGE BLOCK_COMMIT")
+        .await
+        .unwrap();
+    let err = t.follow(a, b).await.unwrap_err();
+    let relcache_client::relation::service::RelationError::Store(err) = err else {
+        panic!("a store error")
+    };
+    assert!(err.is_outcome_unknown(), "{err}");
+    blocker.query_drop("BACKUP STAGE END").await.unwrap();
+    // The commit went through after all; the tier answers as MySQL does.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !t.store().is_following(a, b).await.unwrap() {
+        assert!(Instant::now() < deadline, "the held commit never landed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(t.is_following(a, b).await.unwrap(), "no stale set answered");
+}
+
+/// A caller that gives up on a follow midway (a request timeout around it) may
+/// leave a commit the cache never heard of: the set is not trusted until deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_abandoned_midway_leaves_no_stale_set() {
+    let server = TestServer::start();
+    let t = tier(&server, mariadb::shared(), "abandoned").await;
+    let (a, b) = (71, 72);
+    assert!(
+        !t.is_following(a, b).await.unwrap(),
+        "cached: follows nobody"
+    );
+    // Give up at every point of the call in turn, until one run completes.
+    let mut gave_up = 0;
+    for micros in (0..).map(|i| 200 * i) {
+        let cut = Duration::from_micros(micros);
+        match tokio::time::timeout(cut, t.follow(a, b)).await {
+            Ok(done) => {
+                done.unwrap();
+                break;
+            }
+            Err(_) => {
+                gave_up += 1;
+                // Whatever MySQL holds now, the tier answers it.
+                let truth = t.store().is_following(a, b).await.unwrap();
+                assert_eq!(t.is_following(a, b).await.unwrap(), truth, "after {cut:?}");
+                if truth {
+                    t.store().unfollow(a, b).await.unwrap();
+                    t.cache().run(Cmd::del(&[t.cache_key(a)])).await.unwrap();
+                }
+            }
+        }
+    }
+    assert!(gave_up > 0, "the call was never cut short");
+    assert!(t.is_following(a, b).await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

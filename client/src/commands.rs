@@ -148,6 +148,10 @@ pub struct LoadOpts {
     /// [`Cmd::idset_mexistsbin_lease`], is still the key's lease: a write since the
     /// lease was granted revoked it, and what the filler read is then stale.
     pub lease: Option<u64>,
+    /// The sequence number of the newest change of the source that the ids
+    /// include (sent as `SEQ`), so that write-throughs of later changes
+    /// ([`Cmd::idset_add_xx_seq`], [`Cmd::idset_rem_seq`]) apply in order.
+    pub seq: Option<u64>,
 }
 
 /// Options of the lease commands.
@@ -338,8 +342,12 @@ impl Cmd<bool> {
 
 fn load(key: impl AsRef<[u8]>, opts: LoadOpts) -> Args {
     let args = Args::new("IDSET.LOAD").arg(key).millis("PX", opts.ttl);
-    match opts.lease {
+    let args = match opts.lease {
         Some(token) => args.word("LEASE").int(token),
+        None => args,
+    };
+    match opts.seq {
+        Some(seq) => args.word("SEQ").int(seq),
         None => args,
     }
 }
@@ -424,6 +432,32 @@ impl Cmd<Option<u64>> {
         Args::new("IDSET.ADD")
             .arg(key)
             .word("XX")
+            .ids(ids)
+            .parse_with(|f| nil_or(f, count))
+    }
+
+    /// `IDSET.ADD key XX SEQ seq id …`: [`idset_add_xx`](Cmd::idset_add_xx) as
+    /// change `seq` of the set's source, applied only in the order the source
+    /// committed its changes: the same change twice adds nothing (`Some(0)`), and a
+    /// change older than what the set reflects — it arrived out of order — drops the
+    /// key and answers `None`, so the next read reloads it.
+    pub fn idset_add_xx_seq(key: impl AsRef<[u8]>, seq: u64, ids: &[u64]) -> Self {
+        Args::new("IDSET.ADD")
+            .arg(key)
+            .word("XX")
+            .word("SEQ")
+            .int(seq)
+            .ids(ids)
+            .parse_with(|f| nil_or(f, count))
+    }
+
+    /// `IDSET.REM key SEQ seq id …`: [`idset_rem`](Cmd::idset_rem) as change `seq`
+    /// of the set's source, in order as [`idset_add_xx_seq`](Cmd::idset_add_xx_seq).
+    pub fn idset_rem_seq(key: impl AsRef<[u8]>, seq: u64, ids: &[u64]) -> Self {
+        Args::new("IDSET.REM")
+            .arg(key)
+            .word("SEQ")
+            .int(seq)
             .ids(ids)
             .parse_with(|f| nil_or(f, count))
     }
@@ -707,7 +741,9 @@ shorthands! {
         fn idset_release(key: impl AsRef<[u8]>, token: u64) -> bool;
         fn idset_add(key: impl AsRef<[u8]>, ids: &[u64]) -> u64;
         fn idset_add_xx(key: impl AsRef<[u8]>, ids: &[u64]) -> Option<u64>;
+        fn idset_add_xx_seq(key: impl AsRef<[u8]>, seq: u64, ids: &[u64]) -> Option<u64>;
         fn idset_rem(key: impl AsRef<[u8]>, ids: &[u64]) -> Option<u64>;
+        fn idset_rem_seq(key: impl AsRef<[u8]>, seq: u64, ids: &[u64]) -> Option<u64>;
         fn idset_card(key: impl AsRef<[u8]>) -> Option<u64>;
         fn idset_members(key: impl AsRef<[u8]>) -> Option<Vec<u64>>;
         fn idset_which(id: u64, keys: &[impl AsRef<[u8]>]) -> Vec<Option<bool>>;

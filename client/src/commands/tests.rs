@@ -34,6 +34,7 @@ fn load_sends_options_before_the_payload() {
     let opts = LoadOpts {
         ttl: Some(Duration::from_micros(1_500_001)),
         lease: Some(7),
+        seq: Some(42),
     };
     let cmd = Cmd::idset_load_ids("k", &[1, 258], opts);
     let mut packed = 1u64.to_le_bytes().to_vec();
@@ -45,6 +46,8 @@ fn load_sends_options_before_the_payload() {
         b"1501",
         b"LEASE",
         b"7",
+        b"SEQ",
+        b"42",
         b"PACKED",
         &packed,
     ];
@@ -271,6 +274,33 @@ fn members_unpack() {
         args(&Cmd::idset_members("k")),
         [&b"IDSET.MEMBERS"[..], b"k", b"PACKED"]
     );
+}
+
+#[test]
+fn sequenced_write_throughs_say_which_change_they_are() {
+    assert_eq!(
+        args(&Cmd::idset_add_xx_seq("k", 17, &[5, 6])),
+        [&b"IDSET.ADD"[..], b"k", b"XX", b"SEQ", b"17", b"5", b"6"]
+    );
+    assert_eq!(
+        args(&Cmd::idset_rem_seq("k", 18, &[5])),
+        [&b"IDSET.REM"[..], b"k", b"SEQ", b"18", b"5"]
+    );
+    for proto in BOTH {
+        let add = || Cmd::idset_add_xx_seq("k", 1, &[5]);
+        assert_eq!(
+            add().parse(wire(&Frame::Integer(1), proto)).unwrap(),
+            Some(1)
+        );
+        // Missing, or dropped because the change came late: either way not cached.
+        assert_eq!(add().parse(wire(&Frame::Null, proto)).unwrap(), None);
+        let rem = || Cmd::idset_rem_seq("k", 1, &[5]);
+        assert_eq!(
+            rem().parse(wire(&Frame::Integer(0), proto)).unwrap(),
+            Some(0)
+        );
+        assert_unexpected(rem().parse(wire(&Frame::ok(), proto)));
+    }
 }
 
 #[test]

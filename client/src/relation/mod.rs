@@ -26,5 +26,6 @@ pub use shards::{ShardMap, ShardMapError};
 #[cfg(feature = "fault-injection")]
 pub use store::Fault;
 pub use store::{
-    Cursor, Entry, FollowOutcome, Page, Relation, Store, StoreConfig, StoreError, UnfollowOutcome,
+    Cursor, Entry, FollowOutcome, FollowingSnapshot, Page, Relation, Store, StoreConfig,
+    StoreError, UnfollowOutcome,
 };

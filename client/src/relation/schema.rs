@@ -10,7 +10,9 @@
 //! - `relation_log(seq, user_id, friend_id, op, ts)`: one row per follow (`F`) or
 //!   unfollow (`U`), on the follower's shard, written in the same transaction as the
 //!   `following` change. The repair job's recent mode reads it to re-check just the
-//!   pairs written lately; old rows are pruned.
+//!   pairs written lately; old rows are pruned. `seq` also numbers a user's changes
+//!   in commit order for the cache (see `Store::following_snapshot`), which needs an
+//!   `AUTO_INCREMENT` that survives a restart (MariaDB 10.2.4+, MySQL 8.0+).
 //! - `repair_state`: the full scan's checkpoint, per shard, so a stopped scan resumes.
 //!
 //! `auto_ts` is the follow time in microseconds since the Unix epoch, chosen by the
@@ -54,7 +56,8 @@ const TABLES: [(Table, &str); 4] = [
             friend_id BIGINT UNSIGNED NOT NULL,
             op        CHAR(1) CHARACTER SET ascii NOT NULL COMMENT 'F follow, U unfollow',
             ts        BIGINT UNSIGNED NOT NULL COMMENT 'µs since epoch',
-            KEY by_ts (ts)
+            KEY by_ts (ts),
+            KEY by_user (user_id, seq)
         ) ENGINE=InnoDB",
     ),
     (

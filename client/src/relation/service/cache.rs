@@ -27,22 +27,35 @@ impl Relations {
     /// or cannot be reached. Suspect sets are deleted on it first, so a cache that
     /// answers again stops serving what it missed before anyone reads it here.
     pub(super) async fn cache_conn(&self) -> Option<PooledConn> {
+        self.try_cache_conn().await.ok()
+    }
+
+    /// [`cache_conn`](Self::cache_conn), saying why there is none.
+    pub(super) async fn try_cache_conn(&self) -> Result<PooledConn, NoConn> {
         if !self.guard.admit(Instant::now()) {
             self.stats.cache_bypassed.fetch_add(1, Relaxed);
-            return None;
+            return Err(NoConn::Skipped);
         }
         let mut conn = match self.cache.get().await {
             Ok(conn) => conn,
             Err(e) => {
-                self.cache_failed(&e);
-                return None;
+                self.stats.cache_errors.fetch_add(1, Relaxed);
+                // Every connection busy says nothing about the cache's health. Any
+                // other failure to check one out is the cache's: refused, timed
+                // out, or accepted only to be turned away (maxclients).
+                if matches!(e, CacheError::PoolBusy) {
+                    tracing::warn!(error = %e, "no free cache connection");
+                    return Err(NoConn::Busy);
+                }
+                self.transport_failed(&e);
+                return Err(NoConn::Failed);
             }
         };
         if let Some(batch) = self.guard.clearing(CLEAR_BATCH) {
             let keys: Vec<Bytes> = batch.users().map(|u| self.cache_key(u)).collect();
             if self.call(&mut conn, Cmd::del(&keys)).await.is_err() {
                 // The batch stays suspect; this connection is gone or unreliable.
-                return None;
+                return Err(NoConn::Failed);
             }
             let cleared = batch.done();
             self.stats
@@ -50,7 +63,7 @@ impl Relations {
                 .fetch_add(cleared as u64, Relaxed);
             tracing::info!(cleared, "suspect sets deleted from the cache");
         }
-        Some(conn)
+        Ok(conn)
     }
 
     /// Runs `cmd` on `conn`, reporting the outcome to the guard.
@@ -87,15 +100,33 @@ impl Relations {
     /// about the cache either way.
     fn cache_failed(&self, e: &CacheError) {
         self.stats.cache_errors.fetch_add(1, Relaxed);
-        if !e.is_connection_lost() {
-            if e.is_server() || e.is_unexpected_reply() {
-                self.guard.succeeded();
-            }
-            tracing::warn!(error = %e, "cache call failed; answering from MySQL");
-        } else if self.guard.failed(Instant::now()) {
+        if e.is_connection_lost() {
+            self.transport_failed(e);
+            return;
+        }
+        if e.is_server() || e.is_unexpected_reply() {
+            self.guard.succeeded();
+        }
+        tracing::warn!(error = %e, "cache call failed; answering from MySQL");
+    }
+
+    /// Reports a failure to reach the cache to the guard, which may take it down.
+    fn transport_failed(&self, e: &CacheError) {
+        if self.guard.failed(Instant::now()) {
             tracing::warn!(error = %e, retry_in = ?self.config.cache_retry_interval, "cache down; answering from MySQL");
         } else {
             tracing::warn!(error = %e, "cache unreachable; answering from MySQL");
         }
     }
+}
+
+/// Why a call gets no cache connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NoConn {
+    /// The cache is down: not asked.
+    Skipped,
+    /// Every pooled connection stayed busy.
+    Busy,
+    /// The cache could not be reached, or failed to delete suspect sets.
+    Failed,
 }

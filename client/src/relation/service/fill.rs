@@ -1,7 +1,8 @@
 //! Filling missed sets: the lease holder's side of the read-through protocol. One
 //! caller, holding the key's lease, reads the whole set from MySQL, builds the table
-//! here and stores it with one command carrying the token, on the connection that
-//! won the lease; if MySQL fails it gives the lease back.
+//! here and stores it with one command carrying the token — and the sequence number
+//! of the newest change the read included, so later write-throughs apply in order —
+//! on the connection that won the lease; if MySQL fails it gives the lease back.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -22,8 +23,8 @@ impl Relations {
         token: u64,
     ) -> Result<FilledSet, RelationError> {
         let key = self.cache_key(user);
-        let ids = match self.store.following_ids(user).await {
-            Ok(ids) => ids,
+        let snapshot = match self.store.following_snapshot(user).await {
+            Ok(snapshot) => snapshot,
             Err(e) => {
                 let _ = self.call(conn, Cmd::idset_release(key, token)).await;
                 return Err(e.into());
@@ -32,7 +33,9 @@ impl Relations {
         let opts = LoadOpts {
             ttl: self.config.cache_ttl,
             lease: Some(token),
+            seq: Some(snapshot.seq),
         };
+        let ids = snapshot.ids;
         let table = Bytes::from(build_table(&ids));
         // Whether the cache took the fill changes nothing for this caller, whose
         // answer comes from `ids` either way.
@@ -107,8 +110,8 @@ impl Relations {
             }
         }
         let ids: Vec<u64> = granted.iter().map(|&(u, _)| u).collect();
-        let sets = match self.store.following_ids_many(&ids).await {
-            Ok(sets) => sets,
+        let snapshots = match self.store.following_snapshots(&ids).await {
+            Ok(snapshots) => snapshots,
             Err(e) => {
                 let release = granted
                     .iter()
@@ -118,15 +121,16 @@ impl Relations {
                 return Err(e.into());
             }
         };
-        let load_opts = |token| LoadOpts {
-            ttl: self.config.cache_ttl,
-            lease: Some(token),
-        };
         let fills = granted
             .iter()
-            .map(|&(u, t)| {
-                let set = sets.get(&u).map_or(&[][..], Vec::as_slice);
-                Cmd::idset_load_table(self.cache_key(u), build_table(set), load_opts(t))
+            .map(|&(u, token)| {
+                let snapshot = &snapshots[&u];
+                let opts = LoadOpts {
+                    ttl: self.config.cache_ttl,
+                    lease: Some(token),
+                    seq: Some(snapshot.seq),
+                };
+                Cmd::idset_load_table(self.cache_key(u), build_table(&snapshot.ids), opts)
             })
             .collect();
         if let Ok(results) = self.call_pipeline(&mut conn, fills).await {
@@ -138,6 +142,7 @@ impl Relations {
                 counter.fetch_add(1, Relaxed);
             }
         }
+        let sets = snapshots.into_iter().map(|(u, s)| (u, s.ids)).collect();
         Ok((sets, later))
     }
 }

@@ -16,6 +16,13 @@
 //!   (`IDSET.ADD … XX`, `IDSET.REM`): a write-through never creates a partial set.
 //!   Any write revokes the key's lease, so a filler that read MySQL before the write
 //!   committed has its fill refused, and the next reader fills again.
+//! - **Write-throughs apply in commit order.** Each carries its change's number
+//!   (`SEQ`, the `relation_log` row's), and each fill the number of the newest
+//!   change it read, so an update held up on the way cannot land after a later one
+//!   and undo it: the cache applies changes in order, or drops a set that a change
+//!   reached out of order and lets the next read fill it again. A write whose
+//!   commit may or may not have happened (no answer to `COMMIT`), or whose caller
+//!   gave up midway, deletes the set or makes it suspect (below).
 //! - **Nothing partial is stored.** A fill is the result of one complete query;
 //!   if MySQL fails or times out the lease is released, the caller gets the error,
 //!   and the next caller may try again.
@@ -33,7 +40,7 @@ mod cache;
 mod fill;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use relcache_protocol::idset::TableRef;
@@ -41,6 +48,7 @@ use relcache_protocol::idset::TableRef;
 use super::guard::Guard;
 use super::store::{Cursor, FollowOutcome, Page, Relation, Store, StoreError, UnfollowOutcome};
 use crate::{Cmd, Frame, LeaseOpts, Leased, Pool};
+use cache::NoConn;
 
 /// How the service uses the cache.
 #[derive(Clone, Debug)]
@@ -142,6 +150,30 @@ struct FilledSet {
     table: Bytes,
 }
 
+/// A follow or unfollow in flight; see [`Relations::pending_write`].
+struct PendingWrite<'a> {
+    relations: &'a Relations,
+    user: u64,
+    settled: bool,
+}
+
+impl PendingWrite<'_> {
+    /// The write's outcome reached the cache, or was handled otherwise.
+    fn settled(mut self) {
+        self.settled = true;
+    }
+}
+
+impl Drop for PendingWrite<'_> {
+    fn drop(&mut self) {
+        if !self.settled {
+            // The caller gave up mid-write: MySQL may have committed a change the
+            // cache never heard of.
+            self.relations.write_through_lost(self.user);
+        }
+    }
+}
+
 /// Suspect sets deleted with one `DEL`: enough to clear a long outage's backlog in
 /// few round trips, small enough that the call it precedes is barely delayed.
 const CLEAR_BATCH: usize = 1024;
@@ -194,42 +226,106 @@ impl Relations {
     // Writes.
 
     /// `a` follows `b`: MySQL first (both shards; see [`Store::follow`]), then the
-    /// cached set of `a`, if there is one. Idempotent.
+    /// cached set of `a`, if there is one, as change number `seq` of that set (see
+    /// [`Cmd::idset_add_xx_seq`]), so write-throughs of concurrent writes apply in
+    /// the order MySQL committed them however they arrive. Idempotent: a follow that
+    /// changes nothing writes nothing through.
     ///
     /// # Errors
     ///
-    /// [`RelationError::Store`] if MySQL failed before the follow committed; then
-    /// nothing changed anywhere.
+    /// [`RelationError::Store`] if MySQL failed. Then the follow did not happen,
+    /// unless [`StoreError::is_outcome_unknown`]: the commit was sent and no answer
+    /// came, and `a`'s cached set is deleted, so that neither outcome is hidden.
     pub async fn follow(&self, a: u64, b: u64) -> Result<FollowOutcome, RelationError> {
-        let outcome = self.store.follow(a, b).await?;
-        self.write_through(a, Cmd::idset_add_xx(self.cache_key(a), &[b]).map(drop))
-            .await;
+        let pending = self.pending_write(a);
+        let outcome = match self.store.follow(a, b).await {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                self.write_failed(a, &e).await;
+                pending.settled();
+                return Err(e.into());
+            }
+        };
+        if let Some(seq) = outcome.seq {
+            let add = Cmd::idset_add_xx_seq(self.cache_key(a), seq, &[b]);
+            self.write_through(a, add.map(drop)).await;
+        }
+        pending.settled();
         Ok(outcome)
     }
 
-    /// `a` no longer follows `b`. Idempotent.
+    /// `a` no longer follows `b`; as [`follow`](Self::follow). Idempotent.
     ///
     /// # Errors
     ///
     /// As [`follow`](Self::follow).
     pub async fn unfollow(&self, a: u64, b: u64) -> Result<UnfollowOutcome, RelationError> {
-        let outcome = self.store.unfollow(a, b).await?;
-        self.write_through(a, Cmd::idset_rem(self.cache_key(a), &[b]).map(drop))
-            .await;
+        let pending = self.pending_write(a);
+        let outcome = match self.store.unfollow(a, b).await {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                self.write_failed(a, &e).await;
+                pending.settled();
+                return Err(e.into());
+            }
+        };
+        if let Some(seq) = outcome.seq {
+            let rem = Cmd::idset_rem_seq(self.cache_key(a), seq, &[b]);
+            self.write_through(a, rem.map(drop)).await;
+        }
+        pending.settled();
         Ok(outcome)
+    }
+
+    /// A write to `user`'s set about to start: until it is settled, a caller that
+    /// gives up on the call (drops its future) may have left a commit that never
+    /// reached the cache, so dropping it unsettled makes the set suspect.
+    fn pending_write(&self, user: u64) -> PendingWrite<'_> {
+        PendingWrite {
+            relations: self,
+            user,
+            settled: false,
+        }
+    }
+
+    /// A write to `user`'s set that MySQL failed with `e`: if its commit may have
+    /// happened, the cached set may now lack it, so the set is deleted (or becomes
+    /// suspect).
+    async fn write_failed(&self, user: u64, e: &StoreError) {
+        if e.is_outcome_unknown() {
+            let key = self.cache_key(user);
+            self.write_through(user, Cmd::del(&[key]).map(drop)).await;
+        }
     }
 
     /// Applies a committed change to the cached set. If the cache cannot be told,
     /// the set (if cached) lacks the change: the user becomes suspect, read from
     /// MySQL until the set is deleted.
+    ///
+    /// A busy pool is waited out for up to `lease_wait`: callers parked on a lease
+    /// hold connections for at most that long, and a write-through lost to them
+    /// would cost the user's set a trip through the suspect list.
     async fn write_through(&self, user: u64, cmd: Cmd<()>) {
-        let applied = match self.cache_conn().await {
+        let patience = Instant::now() + self.config.lease_wait;
+        let conn = loop {
+            match self.try_cache_conn().await {
+                Ok(conn) => break Some(conn),
+                Err(NoConn::Busy) if Instant::now() < patience => continue,
+                Err(_) => break None,
+            }
+        };
+        let applied = match conn {
             Some(mut conn) => self.call(&mut conn, cmd).await.is_ok(),
             None => false,
         };
-        if applied {
-            return;
+        if !applied {
+            self.write_through_lost(user);
         }
+    }
+
+    /// A committed change to `user`'s set did not reach the cache: the user is
+    /// suspect until the set is deleted.
+    fn write_through_lost(&self, user: u64) {
         self.stats.write_through_failures.fetch_add(1, Relaxed);
         if self.guard.suspect(user) {
             tracing::warn!(

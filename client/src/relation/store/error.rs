@@ -11,6 +11,9 @@ const ER_SERVER_SHUTDOWN: u16 = 1053;
 /// MariaDB's "Connection was killed".
 const ER_CONNECTION_KILLED: u16 = 1927;
 
+/// The step name of a transaction's commit, in errors.
+pub(crate) const COMMIT: &str = "commit";
+
 /// A failed [`Store`](super::Store) call. Every variant that involved MySQL names the
 /// logical shard, its host (`host:port`, never the URL with its password) and the
 /// step that failed, so a log line is enough to find the sick server.
@@ -99,6 +102,18 @@ impl StoreError {
                     Some(ER_SERVER_SHUTDOWN | ER_CONNECTION_KILLED)
                 )
             }
+            _ => false,
+        }
+    }
+
+    /// True when the call failed after sending a `COMMIT` whose outcome it never
+    /// learned (the commit timed out, or its connection was lost): the write may or
+    /// may not stand. Follows and unfollows are idempotent, so running the call
+    /// again settles it; a cache in front must not assume either way.
+    pub fn is_outcome_unknown(&self) -> bool {
+        match self {
+            StoreError::Timeout { action, .. } => *action == COMMIT,
+            StoreError::Mysql { action, .. } => *action == COMMIT && self.is_connection_lost(),
             _ => false,
         }
     }

@@ -92,7 +92,7 @@ use tokio::time::Instant;
 
 use super::shards::ShardMap;
 pub use error::{StoreError, ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT};
-pub use read::{Cursor, CursorError, Entry, Page, Relation, MAX_PAGE};
+pub use read::{Cursor, CursorError, Entry, FollowingSnapshot, Page, Relation, MAX_PAGE};
 pub use write::{Fixes, FollowOutcome, UnfollowOutcome};
 
 /// How many times a write is re-run after MySQL aborted it to break a deadlock or a
@@ -383,17 +383,26 @@ impl Deadline {
 /// A connection or a transaction: what statements run on.
 pub(crate) trait Session: Queryable {
     fn affected(&self) -> u64;
+    fn inserted_id(&self) -> Option<u64>;
 }
 
 impl Session for Conn {
     fn affected(&self) -> u64 {
         self.affected_rows()
     }
+
+    fn inserted_id(&self) -> Option<u64> {
+        self.last_insert_id()
+    }
 }
 
 impl Session for mysql_async::Transaction<'_> {
     fn affected(&self) -> u64 {
         self.affected_rows()
+    }
+
+    fn inserted_id(&self) -> Option<u64> {
+        self.last_insert_id()
     }
 }
 
@@ -805,7 +814,7 @@ impl Inner {
         self.fire_fault(d, &t, point).await?;
         #[cfg(not(feature = "fault-injection"))]
         let _ = point;
-        self.run(d, t.shard, "commit", t.tx.commit()).await
+        self.run(d, t.shard, error::COMMIT, t.tx.commit()).await
     }
 
     /// Best effort: a transaction that cannot be rolled back explicitly is rolled

@@ -47,6 +47,17 @@ impl Relation {
     }
 }
 
+/// A user's whole following set as one snapshot of MySQL saw it: see
+/// [`Store::following_snapshot`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FollowingSnapshot {
+    /// Everyone the user follows, in no particular order.
+    pub ids: Vec<u64>,
+    /// The newest change to the set the snapshot includes (`relation_log.seq`);
+    /// 0 if none is logged.
+    pub seq: u64,
+}
+
 /// One user in a list page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
@@ -153,34 +164,91 @@ impl Store {
         &self,
         users: &[u64],
     ) -> Result<HashMap<u64, Vec<u64>>, StoreError> {
+        Ok(self
+            .following_snapshots(users)
+            .await?
+            .into_iter()
+            .map(|(user, s)| (user, s.ids))
+            .collect())
+    }
+
+    /// Everyone `user` follows, and the sequence number of the newest change to
+    /// that set the answer includes: what a cache fill stores (`IDSET.LOAD … SEQ`).
+    /// One statement, so the ids and the number come from one snapshot.
+    ///
+    /// The number is the largest `relation_log.seq` of `user`'s changes, which
+    /// orders the changes to one pair as they committed: a follow and an unfollow
+    /// of one pair serialise on the pair's locks and each writes its log row last,
+    /// under them. Changes to different pairs may take their numbers in another
+    /// order than they commit, but they touch different ids and commute. So the
+    /// cache applies a write-through only if it is newer than what the set
+    /// reflects, and drops the set if it is older (see the server's IDSET docs);
+    /// the answer here is never older than a change it includes.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] naming `user`'s shard.
+    pub async fn following_snapshot(&self, user: u64) -> Result<FollowingSnapshot, StoreError> {
+        let mut all = self.following_snapshots(&[user]).await?;
+        Ok(all.remove(&user).unwrap_or_default())
+    }
+
+    /// [`following_snapshot`](Self::following_snapshot) for many users, batched
+    /// as [`following_ids_many`](Self::following_ids_many).
+    ///
+    /// # Errors
+    ///
+    /// The first [`StoreError`] from any shard; then nothing is returned.
+    pub async fn following_snapshots(
+        &self,
+        users: &[u64],
+    ) -> Result<HashMap<u64, FollowingSnapshot>, StoreError> {
         let inner = self.inner();
         let d = inner.deadline();
         let mut by_shard: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
-        let mut out: HashMap<u64, Vec<u64>> = HashMap::with_capacity(users.len());
+        let mut out: HashMap<u64, FollowingSnapshot> = HashMap::with_capacity(users.len());
         for &u in users {
-            if out.insert(u, Vec::new()).is_none() {
+            if out.insert(u, FollowingSnapshot::default()).is_none() {
                 by_shard.entry(inner.map().shard_of(u)).or_default().push(u);
             }
         }
-        let queries = by_shard.iter().flat_map(|(&shard, users)| {
-            users.chunks(MAX_IN).map(move |chunk| {
+        // Statements are built first, so the futures below borrow nothing but the
+        // store: a closure over borrowed map entries would make the whole call's
+        // future fail `Send` checks "for all lifetimes" once spawned.
+        let mut statements = Vec::new();
+        for (&shard, users) in &by_shard {
+            for chunk in users.chunks(MAX_IN) {
                 let (marks, values) = in_list(chunk.iter().map(|&u| Value::from(u)));
+                // Rows of kind 0 are follows; one row of kind 1 per user with any
+                // logged change carries the newest change's number.
                 let sql = format!(
-                    "SELECT user_id, friend_id FROM {} WHERE user_id IN ({marks})",
-                    inner.table(shard, Table::Following)
+                    "SELECT 0, user_id, friend_id FROM {} WHERE user_id IN ({marks}) \
+                     UNION ALL \
+                     SELECT 1, user_id, MAX(seq) FROM {} WHERE user_id IN ({marks}) \
+                     GROUP BY user_id",
+                    inner.table(shard, Table::Following),
+                    inner.table(shard, Table::RelationLog),
                 );
-                inner.read::<(u64, u64)>(
-                    d,
-                    shard,
-                    "read following (batch)",
-                    sql,
-                    Params::Positional(values),
-                )
-            })
+                let params: Vec<Value> = values.iter().chain(&values).cloned().collect();
+                statements.push((shard, sql, params));
+            }
+        }
+        let queries = statements.into_iter().map(|(shard, sql, params)| {
+            inner.read::<(u8, u64, u64)>(
+                d,
+                shard,
+                "read following (snapshot)",
+                sql,
+                Params::Positional(params),
+            )
         });
         for rows in inner.concurrently(queries).await? {
-            for (user, friend) in rows {
-                out.entry(user).or_default().push(friend);
+            for (kind, user, value) in rows {
+                let snapshot = out.entry(user).or_default();
+                match kind {
+                    0 => snapshot.ids.push(value),
+                    _ => snapshot.seq = value,
+                }
             }
         }
         Ok(out)

@@ -3,7 +3,7 @@
 //! The protocol, lock order and failure handling are described in the
 //! [`store`](super) module docs, under "Writes".
 
-use super::{now_micros, Deadline, Inner, Store, StoreError, Table, Txn, Txns};
+use super::{now_micros, Deadline, Inner, Session, Store, StoreError, Table, Txn, Txns};
 use crate::relation::shards::ShardMap;
 
 /// What [`Store::follow`] did.
@@ -11,6 +11,10 @@ use crate::relation::shards::ShardMap;
 pub struct FollowOutcome {
     /// False if `a` already followed `b`: nothing changed, `auto_ts` kept.
     pub created: bool,
+    /// The change's sequence number (its `relation_log.seq`) when it created the
+    /// follow: what a cache update of `a`'s set carries, so that updates are
+    /// applied in commit order (see [`Store::following_snapshot`]).
+    pub seq: Option<u64>,
     /// Whether `b` follows `a` too (the flags now say so on all four rows).
     pub mutual: bool,
     /// The truth committed but the twin on `b`'s shard did not: the repair job will
@@ -23,6 +27,9 @@ pub struct FollowOutcome {
 pub struct UnfollowOutcome {
     /// False if `a` did not follow `b`.
     pub removed: bool,
+    /// The change's sequence number when it removed the follow, as
+    /// [`FollowOutcome::seq`].
+    pub seq: Option<u64>,
     /// Whether `b` follows `a` (whose rows' mutual flags were cleared).
     pub followed_back: bool,
     /// The truth committed but the twin on `b`'s shard did not: the repair job will
@@ -75,16 +82,18 @@ impl Store {
     /// # Errors
     ///
     /// [`StoreError::SelfFollow`] if `a == b`; otherwise a [`StoreError`] means the
-    /// follow did not happen (retrying is safe). A failed second commit is not an
-    /// error: see [`FollowOutcome::twin_pending`].
+    /// follow did not happen — unless [`StoreError::is_outcome_unknown`], when the
+    /// commit was sent and no answer came. Retrying is safe either way. A failed
+    /// second commit is not an error: see [`FollowOutcome::twin_pending`].
     pub async fn follow(&self, a: u64, b: u64) -> Result<FollowOutcome, StoreError> {
         let now = now_micros();
         let (done, twin_pending) = self.write_pair(a, b, Op::Follow { a, b, now }).await?;
-        let Done::Follow { created, mutual } = done else {
+        let Done::Follow { seq, mutual } = done else {
             unreachable!("a follow answers Done::Follow")
         };
         Ok(FollowOutcome {
-            created,
+            created: seq.is_some(),
+            seq,
             mutual,
             twin_pending,
         })
@@ -100,15 +109,12 @@ impl Store {
     pub async fn unfollow(&self, a: u64, b: u64) -> Result<UnfollowOutcome, StoreError> {
         let now = now_micros();
         let (done, twin_pending) = self.write_pair(a, b, Op::Unfollow { a, b, now }).await?;
-        let Done::Unfollow {
-            removed,
-            followed_back,
-        } = done
-        else {
+        let Done::Unfollow { seq, followed_back } = done else {
             unreachable!("an unfollow answers Done::Unfollow")
         };
         Ok(UnfollowOutcome {
-            removed,
+            removed: seq.is_some(),
+            seq,
             followed_back,
             twin_pending,
         })
@@ -190,8 +196,16 @@ pub(crate) enum Op {
 /// What an [`Op`] did.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Done {
-    Follow { created: bool, mutual: bool },
-    Unfollow { removed: bool, followed_back: bool },
+    /// `seq`: the log row's, if the follow was created.
+    Follow {
+        seq: Option<u64>,
+        mutual: bool,
+    },
+    /// `seq`: the log row's, if a follow was removed.
+    Unfollow {
+        seq: Option<u64>,
+        followed_back: bool,
+    },
     Reconcile(Fixes),
 }
 
@@ -257,10 +271,13 @@ impl Inner {
             self.set_mutual(d, txns.a(), Table::Followers, a, b, true)
                 .await?;
         }
-        if created {
-            self.log(d, txns.a(), a, b, LogOp::Follow, now).await?;
-        }
-        Ok(Done::Follow { created, mutual })
+        // Last, under the pair's locks: so the log's sequence orders the changes to
+        // one pair as they commit (see `Store::following_snapshot`).
+        let seq = match created {
+            true => Some(self.log(d, txns.a(), a, b, LogOp::Follow, now).await?),
+            false => None,
+        };
+        Ok(Done::Follow { seq, mutual })
     }
 
     async fn unfollow_steps(
@@ -295,13 +312,11 @@ impl Inner {
             self.set_mutual(d, txns.a(), Table::Followers, a, b, false)
                 .await?;
         }
-        if removed {
-            self.log(d, txns.a(), a, b, LogOp::Unfollow, now).await?;
-        }
-        Ok(Done::Unfollow {
-            removed,
-            followed_back,
-        })
+        let seq = match removed {
+            true => Some(self.log(d, txns.a(), a, b, LogOp::Unfollow, now).await?),
+            false => None,
+        };
+        Ok(Done::Unfollow { seq, followed_back })
     }
 
     /// `x` is the pair's lower key: its row is locked first, as by follow.
@@ -479,7 +494,7 @@ impl Inner {
         friend: u64,
         op: LogOp,
         ts: u64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<u64, StoreError> {
         let sql = format!(
             "INSERT INTO {} (user_id, friend_id, op, ts) VALUES (?, ?, ?, ?)",
             self.table(t.shard, Table::RelationLog)
@@ -493,7 +508,12 @@ impl Inner {
             (user, friend, op.code(), ts),
         )
         .await?;
-        Ok(())
+        t.tx.inserted_id().ok_or_else(|| StoreError::Decode {
+            shard: t.shard,
+            host: self.map().host(t.shard).label().to_string(),
+            action: "insert relation_log",
+            detail: "no AUTO_INCREMENT value for the log row".into(),
+        })
     }
 
     /// Makes the twin and the flag of the directed edge `u → v` agree with the truth
