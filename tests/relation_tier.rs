@@ -364,6 +364,32 @@ async fn a_follow_abandoned_midway_leaves_no_stale_set() {
     assert!(t.is_following(a, b).await.unwrap());
 }
 
+/// A lease holder whose caller gives up while it reads MySQL lets the lease go,
+/// so those waiting on it are not held up until it lapses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_abandoned_midway_releases_its_lease() {
+    let server = TestServer::start();
+    let mut db = MariaDb::start();
+    let t = tier(&server, &db, "abandoned_fill").await;
+    t.follow(81, 82).await.unwrap();
+    t.cache().run(Cmd::del(&[t.cache_key(81)])).await.unwrap();
+    db.pause();
+    let cut = tokio::time::timeout(Duration::from_millis(300), t.is_following(81, 82)).await;
+    assert!(cut.is_err(), "the read was still waiting on MySQL");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let info = server.cli_out(&["INFO", "leases"]);
+        if info.contains("leases_out:0") {
+            assert!(info.contains("lease_releases:1"), "{info}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the lease was kept: {info}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    db.resume();
+    assert!(t.is_following(81, 82).await.unwrap());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_reads_writes_and_evictions_leave_the_cache_equal_to_mysql() {
     let server = TestServer::start();

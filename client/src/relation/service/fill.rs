@@ -10,12 +10,50 @@ use std::sync::atomic::Ordering::Relaxed;
 use bytes::Bytes;
 
 use super::{Filled, FilledSet, RelationError, Relations};
-use crate::{build_table, Cmd, LeaseOpts, Leased, LoadOpts, PooledConn};
+use crate::{build_table, Cmd, LeaseOpts, Leased, LoadOpts, Pool, PooledConn};
+
+/// Leases this caller holds while it reads MySQL. If the caller's future is
+/// dropped before they are settled (filled or released), they are released from a
+/// task of their own, so the callers waiting on them are let go at once instead of
+/// when they lapse.
+struct HeldLeases {
+    cache: Pool,
+    /// Keys and tokens; emptied once settled.
+    leases: Vec<(Bytes, u64)>,
+}
+
+impl HeldLeases {
+    /// The fills or the releases are about to be sent by the caller itself.
+    fn settled(mut self) {
+        self.leases.clear();
+    }
+}
+
+impl Drop for HeldLeases {
+    fn drop(&mut self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.leases.is_empty() {
+            return;
+        }
+        let cache = self.cache.clone();
+        let release: Vec<_> = self
+            .leases
+            .drain(..)
+            .map(|(key, token)| Cmd::idset_release(key, token))
+            .collect();
+        runtime.spawn(async move {
+            let _ = cache.run_pipeline(release).await;
+        });
+    }
+}
 
 impl Relations {
     /// Reads `user`'s set from MySQL and stores it under the lease `token`, on the
     /// connection that won the lease (see [`PooledConn::run`]). On a MySQL failure
-    /// the lease is released, so waiters need not sit out its TTL.
+    /// the lease is released, so waiters need not sit out its TTL; so it is if the
+    /// caller gives up on the call before the fill is sent.
     pub(super) async fn fill(
         &self,
         conn: &mut PooledConn,
@@ -23,13 +61,19 @@ impl Relations {
         token: u64,
     ) -> Result<FilledSet, RelationError> {
         let key = self.cache_key(user);
+        let held = HeldLeases {
+            cache: self.cache.clone(),
+            leases: vec![(key.clone(), token)],
+        };
         let snapshot = match self.store.following_snapshot(user).await {
             Ok(snapshot) => snapshot,
             Err(e) => {
+                held.settled();
                 let _ = self.call(conn, Cmd::idset_release(key, token)).await;
                 return Err(e.into());
             }
         };
+        held.settled();
         let opts = LoadOpts {
             ttl: self.config.cache_ttl,
             lease: Some(token),
@@ -110,7 +154,16 @@ impl Relations {
             }
         }
         let ids: Vec<u64> = granted.iter().map(|&(u, _)| u).collect();
-        let snapshots = match self.store.following_snapshots(&ids).await {
+        let held = HeldLeases {
+            cache: self.cache.clone(),
+            leases: granted
+                .iter()
+                .map(|&(u, token)| (self.cache_key(u), token))
+                .collect(),
+        };
+        let snapshots = self.store.following_snapshots(&ids).await;
+        held.settled();
+        let snapshots = match snapshots {
             Ok(snapshots) => snapshots,
             Err(e) => {
                 let release = granted
