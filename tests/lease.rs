@@ -522,3 +522,206 @@ fn bad_arguments_get_clear_errors() {
         relcache_protocol::resp::Frame::Integer(t) if t > 0
     ));
 }
+
+/// CLIENT UNBLOCK answers a parked command at once — nil, as when its wait runs
+/// out, or with Redis's UNBLOCKED error — and the requests behind it go on.
+#[test]
+fn client_unblock_ends_a_wait_as_a_timeout_or_an_error() {
+    let s = TestServer::start();
+    let mut admin = s.conn();
+    token(lease(&mut admin, "u:1", &[]));
+    for (how, want) in [
+        (None, "$-1\r\n"),
+        (Some("TIMEOUT"), "$-1\r\n"),
+        (
+            Some("error"),
+            "-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n",
+        ),
+    ] {
+        let mut raw = s.raw();
+        raw.write_all(&resp_cmd(&[b"CLIENT", b"ID"])).unwrap();
+        let id_line = String::from_utf8(harness::read_line(&mut raw)).unwrap();
+        let id = id_line.trim_start_matches(':').trim().to_string();
+        let mut req = resp_cmd(&[b"IDSET.LEASE", b"u:1", b"BLOCK", b"0"]);
+        req.extend(resp_cmd(&[b"PING"]));
+        raw.write_all(&req).unwrap();
+        wait_blocked(&mut admin, 1);
+        let mut args = vec!["UNBLOCK", id.as_str()];
+        args.extend(how);
+        let unblocked: i64 = redis::cmd("CLIENT").arg(&args).query(&mut admin).unwrap();
+        assert_eq!(unblocked, 1, "{how:?}");
+        let want = format!("{want}+PONG\r\n");
+        let got = harness::read_n(&mut raw, want.len());
+        assert_eq!(String::from_utf8_lossy(&got), want);
+        wait_blocked(&mut admin, 0);
+        // Not parked any more: nothing to unblock.
+        let again: i64 = redis::cmd("CLIENT")
+            .arg(&["UNBLOCK", id.as_str()])
+            .query(&mut admin)
+            .unwrap();
+        assert_eq!(again, 0);
+    }
+    let err = redis::cmd("CLIENT")
+        .arg(&["UNBLOCK", "1", "LATER"])
+        .query::<i64>(&mut admin)
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("reason should be TIMEOUT or ERROR"),
+        "{err}"
+    );
+    let err = redis::cmd("CLIENT")
+        .arg(&["UNBLOCK", "x"])
+        .query::<i64>(&mut admin)
+        .unwrap_err();
+    assert!(err.to_string().contains("not an integer"), "{err}");
+    let none: i64 = redis::cmd("CLIENT")
+        .arg(&["UNBLOCK", "999999"])
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(none, 0);
+}
+
+/// A client that waited on a lease is not idle: once answered it has the whole
+/// idle `timeout` again, as Redis counts a reply as interaction.
+#[test]
+fn an_answered_waiter_is_not_closed_as_idle() {
+    let s = TestServer::start();
+    let mut admin = s.conn();
+    let () = redis::cmd("CONFIG")
+        .arg(&["SET", "timeout", "1"])
+        .query(&mut admin)
+        .unwrap();
+    let t = token(lease(&mut admin, "u:1", &["PX", "60000"]));
+    let mut raw = s.raw();
+    raw.write_all(&resp_cmd(&[b"IDSET.LEASE", b"u:1", b"BLOCK", b"0"]))
+        .unwrap();
+    wait_blocked(&mut admin, 1);
+    thread::sleep(Duration::from_millis(1500));
+    // (The admin connection itself sat idle meanwhile, and is gone.)
+    let mut filler = s.conn();
+    assert_eq!(fill(&mut filler, "u:1", t, &[1]), RV::Int(1));
+    assert_eq!(harness::read_n(&mut raw, 4), b":0\r\n");
+    raw.write_all(&resp_cmd(&[b"PING"])).unwrap();
+    assert_eq!(harness::read_n(&mut raw, 7), b"+PONG\r\n");
+}
+
+/// Inside MULTI a leased read gets the lease on a miss, as it would outside.
+#[test]
+fn a_leased_read_inside_exec_is_granted_the_lease() {
+    let s = TestServer::start();
+    let mut c = s.conn();
+    let (bits,): (RV,) = redis::pipe()
+        .atomic()
+        .cmd("IDSET.MEXISTSBIN")
+        .arg("u:1")
+        .arg(packed(&[7]))
+        .arg("LEASE")
+        .query(&mut c)
+        .unwrap();
+    assert!(matches!(bits, RV::Int(t) if t > 0), "{bits:?}");
+    assert_eq!(info_field(&mut c, "leases_out"), 1);
+}
+
+/// Leases are bounded: in number (lease-max-count), in length (lease-max-ttl),
+/// and by maxmemory; a flood of them is refused and costs no one their data.
+#[test]
+fn leases_are_bounded_in_number_length_and_memory() {
+    let s = TestServer::start();
+    let mut c = s.conn();
+    let set = |c: &mut Connection, k: &str, v: &str| {
+        let () = redis::cmd("CONFIG").arg(&["SET", k, v]).query(c).unwrap();
+    };
+    set(&mut c, "lease-max-count", "3");
+    for i in 0..3 {
+        token(lease(&mut c, &format!("k{i}"), &[]));
+    }
+    let err = redis::cmd("IDSET.LEASE")
+        .arg("k9")
+        .query::<RV>(&mut c)
+        .unwrap_err();
+    assert!(err.to_string().contains("too many leases out"), "{err}");
+    // A present key needs no lease, and a held one answers as before.
+    let () = redis::cmd("SET")
+        .arg("present")
+        .arg("v")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(lease(&mut c, "present", &[]), RV::Int(0));
+    assert_eq!(lease(&mut c, "k0", &[]), RV::Nil);
+    assert_eq!(info_field(&mut c, "lease_refusals"), 1);
+
+    set(&mut c, "lease-max-count", "100000");
+    set(&mut c, "lease-max-ttl", "5000");
+    token(lease(&mut c, "ok", &["PX", "5000"]));
+    let err = redis::cmd("IDSET.LEASE")
+        .arg(&["long", "PX", "5001"])
+        .query::<RV>(&mut c)
+        .unwrap_err();
+    assert!(err.to_string().contains("lease-max-ttl"), "{err}");
+
+    // Over maxmemory with nothing to evict: refused with Redis's OOM error.
+    set(&mut c, "maxmemory-policy", "noeviction");
+    set(&mut c, "maxmemory", "1");
+    let err = redis::cmd("IDSET.LEASE")
+        .arg("m")
+        .query::<RV>(&mut c)
+        .unwrap_err();
+    assert!(err.to_string().contains("OOM"), "{err}");
+    set(&mut c, "maxmemory", "0");
+    token(lease(&mut c, "m", &[]));
+}
+
+/// A parked command counts once in the command statistics, when it answers; and
+/// a lease that had lapsed before a write removed it counts as lapsed, not revoked.
+#[test]
+fn parked_runs_and_lapsed_leases_are_counted_once_and_rightly() {
+    let s = TestServer::start();
+    let mut c = s.conn();
+    let () = redis::cmd("CONFIG")
+        .arg(&["SET", "hz", "1"])
+        .query(&mut c)
+        .unwrap();
+    let () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut c).unwrap();
+    let t = token(lease(&mut c, "u:1", &["PX", "60000"]));
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let mut w = s.conn();
+            thread::spawn(move || lease(&mut w, "u:1", &["BLOCK", "0"]))
+        })
+        .collect();
+    wait_blocked(&mut c, 3);
+    assert_eq!(
+        call(
+            &mut c,
+            &[b"IDSET.RELEASE", b"u:1", t.to_string().as_bytes()]
+        ),
+        RV::Int(1)
+    );
+    // One waiter is granted the lease; it releases, and so on down the line.
+    for w in waiters {
+        let t = token(w.join().unwrap());
+        call(
+            &mut c,
+            &[b"IDSET.RELEASE", b"u:1", t.to_string().as_bytes()],
+        );
+    }
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut c)
+        .unwrap();
+    let line = stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_idset.lease:"))
+        .unwrap_or_else(|| panic!("{stats}"));
+    assert!(line.starts_with("cmdstat_idset.lease:calls=4,"), "{line}");
+
+    let () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut c).unwrap();
+    for i in 0..5 {
+        token(lease(&mut c, &format!("short{i}"), &["PX", "1"]));
+    }
+    thread::sleep(Duration::from_millis(20));
+    let () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+    assert_eq!(info_field(&mut c, "lease_lapses"), 5);
+    assert_eq!(info_field(&mut c, "lease_revocations"), 0);
+}

@@ -57,6 +57,12 @@ pub struct Config {
     /// How long a lease on a missing key lasts unless its command says (ms): the
     /// longest a crashed filler can make others wait.
     pub lease_timeout: AtomicU64,
+    /// The longest lease a command may ask for (`PX`, ms): a lease covers one
+    /// database read, and one asked for hours would hold its key's fills back.
+    pub lease_max_ttl: AtomicU64,
+    /// Most leases out at once: a client that asks for leases on ever new keys and
+    /// never fills them is refused past this, instead of filling the memory.
+    pub lease_max_count: AtomicU64,
     /// The config file the server was started with (INFO `config_file`, CONFIG
     /// REWRITE); `None` when there was none.
     pub config_file: RwLock<Option<std::path::PathBuf>>,
@@ -85,6 +91,8 @@ impl Default for Config {
             tcp_keepalive: AtomicU64::new(300),
             lazyfree_lazy_user_del: AtomicBool::new(false),
             lease_timeout: AtomicU64::new(10_000),
+            lease_max_ttl: AtomicU64::new(60_000),
+            lease_max_count: AtomicU64::new(100_000),
             config_file: RwLock::new(None),
         }
     }
@@ -325,6 +333,18 @@ pub static PARAMS: &[Param] = &[
         mutable: true,
         get: |c| get_u(&c.lease_timeout),
         set: |c, v| set_u(&c.lease_timeout, v, 1, i32::MAX as u64),
+    },
+    Param {
+        name: "lease-max-ttl",
+        mutable: true,
+        get: |c| get_u(&c.lease_max_ttl),
+        set: |c, v| set_u(&c.lease_max_ttl, v, 1, i32::MAX as u64),
+    },
+    Param {
+        name: "lease-max-count",
+        mutable: true,
+        get: |c| get_u(&c.lease_max_count),
+        set: |c, v| set_u(&c.lease_max_count, v, 1, i64::MAX as u64),
     },
     Param {
         name: "lazyfree-lazy-user-del",

@@ -19,8 +19,9 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::cmd;
+use crate::offload::{offload, LARGE_REQUEST};
 use crate::server::Server;
-use crate::session::{ClientInfo, Session};
+use crate::session::{ClientInfo, Session, Unblock};
 
 const READ_CHUNK: usize = 16 * 1024;
 /// Past this much pending output mid-batch, try to write before executing more, so
@@ -68,7 +69,10 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
     let mut wbuf = BytesMut::with_capacity(READ_CHUNK);
     let mut args = Vec::with_capacity(8);
     let mut decoder = RequestDecoder::new(limits(server));
-    let mut last_input = Instant::now();
+    // Reads and writes both count, as Redis's `lastinteraction` does: a client
+    // that has just been answered (a parked command that ran at last, say) is not
+    // idle.
+    let mut last_interaction = Instant::now();
     let mut over_soft_since: Option<Instant> = None;
     let mut closing = false;
     // Created once: registering a fresh waiter with the token on every batch would
@@ -87,15 +91,20 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
             session.resumed = Some(p.block.deadline);
             cmd::dispatch(server, session, &p.args, &mut wbuf);
             session.resumed = None;
-            parked = park(server, session, p.args);
+            parked = park(server, session, p.args, false);
         }
         decoder.set_limits(limits(server));
         while !closing && parked.is_none() {
             match decoder.decode(&mut rbuf, &mut args) {
                 Ok(true) => {
-                    cmd::dispatch(server, session, &args, &mut wbuf);
+                    let size: usize = args.iter().map(|a| a.len()).sum();
+                    if size > LARGE_REQUEST {
+                        offload(|| cmd::dispatch(server, session, &args, &mut wbuf));
+                    } else {
+                        cmd::dispatch(server, session, &args, &mut wbuf);
+                    }
                     if session.block.is_some() {
-                        parked = park(server, session, std::mem::take(&mut args));
+                        parked = park(server, session, std::mem::take(&mut args), true);
                         break;
                     }
                     args.clear();
@@ -125,6 +134,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
             if let Err(e) = try_write(server, stream, &mut wbuf) {
                 return Closed::Io(e);
             }
+            last_interaction = Instant::now();
         }
         info.obuf.store(wbuf.len() as u64, Relaxed);
         if closing && wbuf.is_empty() {
@@ -140,8 +150,8 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
         // 3. Wait for input, for the socket to drain, or for a reason to stop.
         // A blocked client is not idle: Redis exempts it from `timeout` too.
         let timeout = config.timeout.load(Relaxed);
-        let idle_deadline =
-            (timeout > 0 && parked.is_none()).then(|| last_input + Duration::from_secs(timeout));
+        let idle_deadline = (timeout > 0 && parked.is_none())
+            .then(|| last_interaction + Duration::from_secs(timeout));
         let soft_deadline =
             over_soft_since.map(|t| t + Duration::from_secs(config.output_limit().soft_seconds));
         let recheck = parked
@@ -161,6 +171,25 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                 return Closed::Normal;
             }
             _ = woken(&mut parked) => {}
+            _ = info.unblock_signal.notified(), if parked.is_some() => {
+                // CLIENT UNBLOCK: the parked command answers now, as if its wait
+                // had run out, or with an error. Requests behind it run next.
+                if let Some(how) = info.take_unblock() {
+                    let reply = match how {
+                        Unblock::Timeout => Frame::Null,
+                        Unblock::Error => {
+                            server.stats.total_error_replies.incr();
+                            Frame::error("UNBLOCKED client unblocked via CLIENT UNBLOCK")
+                        }
+                    };
+                    reply.encode(session.proto, &mut wbuf);
+                    if how == Unblock::Timeout {
+                        server.stats.lease_busy.incr();
+                    }
+                    parked = None;
+                    park(server, session, Vec::new(), false);
+                }
+            }
             r = stream.writable(), if want_write => {
                 if let Err(e) = r { return Closed::Io(e) }
             }
@@ -169,7 +198,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                 match try_read(server, stream, &mut rbuf) {
                     Ok(0) => return Closed::Normal,
                     Ok(_) => {
-                        last_input = Instant::now();
+                        last_interaction = Instant::now();
                         info.last_active_ms.store(info.created.elapsed().as_millis() as u64, Relaxed);
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -206,7 +235,18 @@ impl Parked {
 }
 
 /// Parks the command just dispatched if it asked to block; accounts for it.
-fn park(server: &Server, session: &mut Session, args: Vec<bytes::Bytes>) -> Option<Parked> {
+/// `fresh`: the command ran for the first time, not again after a wait.
+fn park(
+    server: &Server,
+    session: &mut Session,
+    args: Vec<bytes::Bytes>,
+    fresh: bool,
+) -> Option<Parked> {
+    if fresh {
+        // A CLIENT UNBLOCK that raced with the end of an earlier wait must not end
+        // this one. (One that came while this command waited is kept.)
+        session.info.take_unblock();
+    }
     let was = session.info.blocked.load(Relaxed);
     let parked = session.block.take().map(|block| Parked {
         args,

@@ -13,6 +13,7 @@ pub mod conn;
 pub mod db;
 pub mod error;
 pub mod glob;
+pub mod offload;
 pub mod server;
 pub mod session;
 pub mod stats;

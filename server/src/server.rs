@@ -94,6 +94,12 @@ impl Server {
         Ok(())
     }
 
+    /// Whether memory is over `maxmemory` now (never without a limit).
+    pub fn over_maxmemory(&self) -> bool {
+        let max = self.config.maxmemory.load(Relaxed) as usize;
+        max > 0 && self.used_memory() > max
+    }
+
     /// Adds what a command's view counted (hits, misses, lazily expired keys).
     pub fn absorb_view_stats(&self, v: &View<'_>) {
         let (hits, misses) = v.hits_misses();

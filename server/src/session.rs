@@ -34,6 +34,11 @@ pub struct ClientInfo {
     pub obuf: AtomicU64,
     /// Parked in a blocking command (the `b` flag of CLIENT LIST).
     pub blocked: std::sync::atomic::AtomicBool,
+    /// Set by CLIENT UNBLOCK for a parked client, which then answers its parked
+    /// command at once: [`Unblock`] as a `u8` (0: not asked).
+    pub unblock: AtomicU8,
+    /// Wakes the connection to act on `unblock`.
+    pub unblock_signal: tokio::sync::Notify,
     /// Cancelled by CLIENT KILL (and by shutdown, as a child of the server token).
     pub kill: CancellationToken,
 }
@@ -81,6 +86,38 @@ impl ClientInfo {
     }
 }
 
+/// How CLIENT UNBLOCK ends a parked command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Unblock {
+    /// As if its wait had run out.
+    Timeout = 1,
+    /// With `-UNBLOCKED client unblocked via CLIENT UNBLOCK`.
+    Error = 2,
+}
+
+impl ClientInfo {
+    /// Asks this client, if parked, to answer its parked command at once (CLIENT
+    /// UNBLOCK). Answers whether it was parked.
+    pub fn unblock(&self, how: Unblock) -> bool {
+        if !self.blocked.load(Relaxed) {
+            return false;
+        }
+        self.unblock.store(how as u8, Relaxed);
+        self.unblock_signal.notify_one();
+        true
+    }
+
+    /// Takes a pending CLIENT UNBLOCK request, if any.
+    pub fn take_unblock(&self) -> Option<Unblock> {
+        match self.unblock.swap(0, Relaxed) {
+            1 => Some(Unblock::Timeout),
+            2 => Some(Unblock::Error),
+            _ => None,
+        }
+    }
+}
+
 /// All connected clients.
 #[derive(Default)]
 pub struct Clients {
@@ -117,6 +154,8 @@ impl Clients {
             qbuf: AtomicU64::new(0),
             obuf: AtomicU64::new(0),
             blocked: std::sync::atomic::AtomicBool::new(false),
+            unblock: AtomicU8::new(0),
+            unblock_signal: tokio::sync::Notify::new(),
             kill: parent.child_token(),
         });
         map.insert(id, info.clone());
@@ -133,6 +172,12 @@ impl Clients {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The client with this id, if connected.
+    pub fn get(&self, id: i64) -> Option<Arc<ClientInfo>> {
+        let id = u64::try_from(id).ok()?;
+        self.map.lock().get(&id).cloned()
     }
 
     /// A snapshot, in id order.

@@ -128,6 +128,8 @@ pub struct Stats {
     pub lease_releases: Counter,
     /// Leases that lapsed and were replaced or swept.
     pub lease_lapses: Counter,
+    /// Leases refused: `lease-max-count` were out, or memory was over `maxmemory`.
+    pub lease_refusals: Counter,
     /// Sequenced idset changes that arrived after a later one, each dropping its
     /// key (see `IdSet::order`).
     pub idset_late_changes: Counter,
@@ -159,6 +161,7 @@ impl Stats {
             &self.lease_revocations,
             &self.lease_releases,
             &self.lease_lapses,
+            &self.lease_refusals,
             &self.idset_late_changes,
         ] {
             c.reset();

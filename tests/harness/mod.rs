@@ -289,6 +289,16 @@ pub fn read_n(s: &mut TcpStream, n: usize) -> Vec<u8> {
     out
 }
 
+/// Reads one reply line, up to and including its CRLF (a byte at a time: for
+/// short replies only).
+pub fn read_line(s: &mut TcpStream) -> Vec<u8> {
+    let mut line = Vec::new();
+    while !line.ends_with(b"\r\n") {
+        line.extend(read_n(s, 1));
+    }
+    line
+}
+
 /// Sends `req` and reads exactly as many bytes as `expected` has, asserting they match.
 pub fn roundtrip(s: &mut TcpStream, req: &[u8], expected: &[u8]) {
     s.write_all(req).unwrap();

@@ -14,9 +14,9 @@ use bytes::Bytes;
 use relcache_protocol::resp::{Frame, Protocol};
 
 use super::spec::{self, CommandSpec, Group};
-use super::{eq_ic, parse_i64_opt, transactions, Ctx};
+use super::{eq_ic, parse_i64, parse_i64_opt, transactions, Ctx};
 use crate::error::{CmdError, CmdResult};
-use crate::session::{ClientInfo, Session};
+use crate::session::{ClientInfo, Session, Unblock};
 
 const CONN: u32 = spec::NOSCRIPT | spec::LOADING | spec::STALE;
 /// AUTH, HELLO, QUIT and RESET: usable before authenticating, and while busy.
@@ -172,6 +172,17 @@ const CLIENT: &[CommandSpec] = &[
         summary: "Terminates open connections.",
         complexity: "O(N) where N is the number of client connections",
         handler: client_kill,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "client|unblock",
+        arity: -3,
+        flags: spec::ADMIN | CONN,
+        group: Group::Connection,
+        since: "5.0.0",
+        summary: "Unblocks a client blocked by a blocking command from a different connection.",
+        complexity: "O(log N) where N is the number of client connections",
+        handler: client_unblock,
         ..CommandSpec::DEFAULT
     },
     CommandSpec {
@@ -595,6 +606,28 @@ fn client_kill(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::Integer(killed))
 }
 
+/// CLIENT UNBLOCK id [TIMEOUT|ERROR]: a client parked on a lease answers its parked
+/// command now — nil, as when its wait runs out, or `-UNBLOCKED …` — and goes on
+/// with what it sent after it. 1 if that client was parked, else 0.
+fn client_unblock(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    if args.len() > 4 {
+        return Err(CmdError::WrongArity(ctx.spec.name.into()));
+    }
+    let id = parse_i64(&args[2])?;
+    let how = match args.get(3) {
+        None => Unblock::Timeout,
+        Some(a) if eq_ic(a, "TIMEOUT") => Unblock::Timeout,
+        Some(a) if eq_ic(a, "ERROR") => Unblock::Error,
+        Some(_) => {
+            return Err(CmdError::err(
+                "CLIENT UNBLOCK reason should be TIMEOUT or ERROR",
+            ))
+        }
+    };
+    let unblocked = ctx.server.clients.get(id).is_some_and(|c| c.unblock(how));
+    Ok(Frame::Integer(unblocked as i64))
+}
+
 /// NO-EVICT and NO-TOUCH: relcache never evicts clients, and a read's LRU update
 /// is the shard's business, so both modes are accepted and have no effect.
 fn client_on_off(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
@@ -639,6 +672,8 @@ fn client_help(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
             "      Return clients of specified IDs only.",
             "SETNAME <name>",
             "    Assign the name <name> to the current connection.",
+            "UNBLOCK <clientid> [TIMEOUT|ERROR]",
+            "    Unblock the specified blocked client.",
             "SETINFO <option> <value>",
             "    Set client meta attr. Options are:",
             "    * LIB-NAME: the client lib name.",

@@ -17,6 +17,7 @@
 //! `BLOCK` follows XREAD: milliseconds, 0 for as long as it takes — which is never
 //! longer than the lease's own lifetime, since a lapsed lease passes to a waiter.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -26,6 +27,7 @@ use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, Ctx};
 use crate::db::LeaseState;
 use crate::error::{CmdError, CmdResult};
+use crate::server::Server;
 use crate::session::Block;
 
 pub(super) const COMMANDS: &[CommandSpec] = &[
@@ -68,11 +70,7 @@ impl LeaseOpts {
     /// Parses `[PX ms] [BLOCK ms]` in any order.
     pub fn parse(ctx: &Ctx<'_, '_>, opts: &[Bytes]) -> Result<LeaseOpts, CmdError> {
         let mut parsed = LeaseOpts {
-            ttl_ms: ctx
-                .server
-                .config
-                .lease_timeout
-                .load(std::sync::atomic::Ordering::Relaxed),
+            ttl_ms: ctx.server.config.lease_timeout.load(Relaxed),
             block: None,
         };
         let mut it = opts.iter();
@@ -80,9 +78,16 @@ impl LeaseOpts {
             let value = it.next().ok_or(CmdError::Syntax)?;
             let n = parse_i64(value)?;
             if eq_ic(opt, "PX") {
+                let max = ctx.server.config.lease_max_ttl.load(Relaxed);
                 if n <= 0 {
                     return Err(CmdError::err(format!(
                         "invalid lease time in '{}' command",
+                        ctx.spec.name
+                    )));
+                }
+                if n as u64 > max {
+                    return Err(CmdError::err(format!(
+                        "invalid lease time in '{}' command: longer than lease-max-ttl ({max} ms)",
                         ctx.spec.name
                     )));
                 }
@@ -141,11 +146,26 @@ pub(super) fn on_miss(ctx: &mut Ctx<'_, '_>, key: &[u8], opts: LeaseOpts) -> Cmd
     };
     // Inside EXEC nothing may wait: the transaction holds its locks.
     let deadline = deadline.filter(|_| !ctx.in_exec());
-    let stats = &ctx.server.stats;
+    let server: &Server = ctx.server;
+    let stats = &server.stats;
     let resumed = ctx.session.resumed.is_some();
     let v = ctx.view();
     match v.lease_state(key) {
         LeaseState::Free => {
+            // Leases are state a client can create at will and no eviction frees:
+            // bounded in number, and refused when memory is over the limit (the
+            // request got its chance to evict first, like any other).
+            let max = server.config.lease_max_count.load(Relaxed);
+            if v.db().leases_out() as u64 >= max {
+                stats.lease_refusals.incr();
+                return Err(CmdError::err(format!(
+                    "too many leases out (lease-max-count is {max}): fill or release them"
+                )));
+            }
+            if server.over_maxmemory() {
+                stats.lease_refusals.incr();
+                return Err(CmdError::Oom);
+            }
             let (token, replaced_lapsed) = v.grant_lease(key, opts.ttl_ms);
             stats.lease_grants.incr();
             if replaced_lapsed {

@@ -125,8 +125,10 @@ pub struct Ctx<'a, 'v> {
     pub spec: &'static CommandSpec,
     args: &'v [Bytes],
     view: ViewSlot<'a, 'v>,
-    /// Set for write commands until their first view has revoked their keys' leases.
+    /// Set for write commands until their view has revoked their keys' leases.
     revoke_leases: bool,
+    /// A fill carrying its own lease token, which must not revoke it.
+    keeps_leases: bool,
 }
 
 impl<'a, 'v> Ctx<'a, 'v> {
@@ -158,11 +160,13 @@ impl<'a, 'v> Ctx<'a, 'v> {
             ViewSlot::Unlocked => unreachable!(),
         };
         if std::mem::take(&mut self.revoke_leases) && v.db().leases_out() > 0 {
-            let revoked = match command_keys(self.spec, self.args) {
+            let ended = match command_keys(self.spec, self.args) {
                 Some(keys) => v.revoke_leases(keys.iter().copied()),
                 None => v.revoke_all_leases(),
             };
-            self.server.stats.lease_revocations.add(revoked as u64);
+            let stats = &self.server.stats;
+            stats.lease_revocations.add(ended.revoked as u64);
+            stats.lease_lapses.add(ended.lapsed as u64);
         }
         v
     }
@@ -171,6 +175,7 @@ impl<'a, 'v> Ctx<'a, 'v> {
     /// lease (or is refused), so it must not revoke it on the way in.
     pub fn view_keeping_leases(&mut self) -> &mut View<'a> {
         self.revoke_leases = false;
+        self.keeps_leases = true;
         self.view()
     }
 
@@ -200,10 +205,14 @@ impl<'a, 'v> Ctx<'a, 'v> {
     /// without blocking other keys of the shard; the next [`view`](Self::view)
     /// locks again, and the caller must re-check what it saw. Returns false (and
     /// keeps the locks) inside EXEC, where the transaction must stay atomic.
+    ///
+    /// A write command revokes its keys' leases again when it locks again: a lease
+    /// may have been granted on a key that went missing while the locks were free.
     pub fn release_view(&mut self) -> bool {
         match std::mem::replace(&mut self.view, ViewSlot::Unlocked) {
             ViewSlot::Own(v) => {
                 self.server.absorb_view_stats(&v);
+                self.revoke_leases = self.spec.has(spec::WRITE) && !self.keeps_leases;
                 true
             }
             ViewSlot::Unlocked => true,
@@ -385,11 +394,17 @@ pub(crate) fn run<'a, 'v>(
             None => ViewSlot::Unlocked,
         },
         revoke_leases: spec.has(spec::WRITE),
+        keeps_leases: false,
     };
     let result = (spec.handler)(&mut ctx, args);
+    let parked = ctx.session.block.is_some();
     // Dropping the context releases this command's locks before any stats work.
     if let ViewSlot::Own(v) = ctx.view {
         server.absorb_view_stats(&v);
+    }
+    if parked {
+        // Counted once, when it answers (as Redis counts a blocked command).
+        return Frame::Null;
     }
     let stats = &server.cmdstats[id];
     stats.calls.incr();

@@ -479,6 +479,7 @@ fn info_leases(server: &Server, out: &mut String) {
     field(out, "lease_revocations", s.lease_revocations.get());
     field(out, "lease_releases", s.lease_releases.get());
     field(out, "lease_lapses", s.lease_lapses.get());
+    field(out, "lease_refusals", s.lease_refusals.get());
 }
 
 /// relcache's own section: the idset tables, from totals kept as they change.

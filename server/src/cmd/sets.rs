@@ -27,6 +27,7 @@ use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, parse_i64_opt, Ctx};
 use crate::db::{IdSet, Order, Value, View};
 use crate::error::{CmdError, CmdResult};
+use crate::offload::{offload, LARGE_TABLE};
 use crate::stats::Counter;
 
 /// An add of more ids than this that may create its key builds the new table
@@ -312,7 +313,11 @@ pub(super) fn add_ids(
         return insert_into(v, key, ids, only_if_present, sequenced);
     };
     ctx.release_view();
-    let bigger = snapshot.plan_rebuild(incoming);
+    let bigger = if snapshot.heap_size() > LARGE_TABLE {
+        offload(|| snapshot.plan_rebuild(incoming))
+    } else {
+        snapshot.plan_rebuild(incoming)
+    };
     let v = ctx.view();
     if let Some(e) = v.get_mut(key) {
         if let Value::IdSet(set) = e.value_mut() {

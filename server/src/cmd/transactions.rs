@@ -192,7 +192,9 @@ fn exec(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
             None => all = true,
             Some(idx) => keys.extend(idx.iter().map(|&i| &args[i][..])),
         }
-        write |= spec.has(spec::WRITE) || spec.has(spec::LOCK_WRITE);
+        // A read that may grant a lease on a miss (`IDSET.MEXISTSBIN … LEASE`)
+        // needs its shards exclusively, as it does outside a transaction.
+        write |= spec.has(spec::WRITE) || spec.has(spec::LOCK_WRITE) || spec.has(spec::BLOCKING);
         resolved.push((id, spec));
     }
     let mode = if write {

@@ -92,17 +92,21 @@ impl Leases {
         }
     }
 
-    /// Revokes any lease on `key` (a write to it). Returns true if one was removed,
-    /// live or lapsed.
-    pub fn revoke(&mut self, key: &[u8]) -> bool {
-        self.map.remove(key).is_some()
+    /// Revokes any lease on `key` (a write to it), as of `now`.
+    pub fn revoke(&mut self, key: &[u8], now: u64) -> Ended {
+        match self.map.remove(key) {
+            None => Ended::default(),
+            Some(l) => Ended::one(l.expires_at > now),
+        }
     }
 
-    /// Revokes every lease (FLUSHALL). Returns how many there were.
-    pub fn revoke_all(&mut self) -> usize {
-        let n = self.map.len();
-        self.map.clear();
-        n
+    /// Revokes every lease (FLUSHALL), as of `now`.
+    pub fn revoke_all(&mut self, now: u64) -> Ended {
+        let mut ended = Ended::default();
+        for (_, l) in self.map.drain() {
+            ended += Ended::one(l.expires_at > now);
+        }
+        ended
     }
 
     /// Forgets leases that lapsed before `now`; returns how many.
@@ -110,6 +114,34 @@ impl Leases {
         let before = self.map.len();
         self.map.retain(|_, l| l.expires_at > now);
         before - self.map.len()
+    }
+}
+
+/// Leases removed by a revocation: those still live (revoked), and those that had
+/// lapsed already and were only waiting for the sweep.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ended {
+    pub revoked: usize,
+    pub lapsed: usize,
+}
+
+impl Ended {
+    fn one(live: bool) -> Ended {
+        Ended {
+            revoked: usize::from(live),
+            lapsed: usize::from(!live),
+        }
+    }
+
+    pub fn total(self) -> usize {
+        self.revoked + self.lapsed
+    }
+}
+
+impl std::ops::AddAssign for Ended {
+    fn add_assign(&mut self, o: Ended) {
+        self.revoked += o.revoked;
+        self.lapsed += o.lapsed;
     }
 }
 
@@ -157,9 +189,11 @@ mod tests {
             ended.has_changed().is_ok(),
             "sender alive while the lease is out"
         );
-        assert!(l.revoke(b"k"));
+        assert_eq!(l.revoke(b"k", 0).revoked, 1);
         assert!(ended.has_changed().is_err(), "revoking drops the sender");
-        assert!(!l.revoke(b"k"));
+        assert_eq!(l.revoke(b"k", 0).total(), 0);
+        l.grant(b"k", 2, 100);
+        assert_eq!(l.revoke(b"k", 100).lapsed, 1, "lapsed at its deadline");
     }
 
     #[test]
@@ -170,7 +204,9 @@ mod tests {
         assert_eq!(l.sweep(15), 1);
         assert_eq!(l.len(), 1);
         assert!(l.grant(b"b", 3, 30), "replaces the old entry");
-        assert_eq!(l.revoke_all(), 1);
+        l.grant(b"c", 4, 25);
+        let ended = l.revoke_all(26);
+        assert_eq!((ended.revoked, ended.lapsed), (1, 1));
         assert!(l.is_empty());
     }
 

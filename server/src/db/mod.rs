@@ -29,7 +29,7 @@ use parking_lot::RwLock;
 pub use entry::{Entry, Value};
 pub use idset::{IdSet, Order, TOTALS as IDSET_TOTALS};
 pub use key::Key;
-pub use lease::LeaseState;
+pub use lease::{Ended as LeasesEnded, LeaseState};
 pub use shard::{Lookup, ShardMap, WatchFlag};
 pub use view::{LockMode, View};
 

@@ -12,7 +12,7 @@ use smallvec::SmallVec;
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::{now_ms, Db, Entry, LeaseState, Lookup, ShardMap, Value};
+use super::{now_ms, Db, Entry, LeaseState, LeasesEnded as Ended, Lookup, ShardMap, Value};
 
 /// Whether a view's shards are locked shared (reads) or exclusive (writes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -256,38 +256,37 @@ impl<'a> View<'a> {
     }
 
     /// Revokes the leases on `keys` (a client wrote them), waking their waiters.
-    /// Returns how many were revoked. Costs one atomic load when no lease is out
-    /// anywhere, which is nearly always.
-    pub fn revoke_leases<'k>(&mut self, keys: impl Iterator<Item = &'k [u8]>) -> usize {
-        let db = self.db;
+    /// Costs one atomic load when no lease is out anywhere, which is nearly always.
+    pub fn revoke_leases<'k>(&mut self, keys: impl Iterator<Item = &'k [u8]>) -> Ended {
+        let (db, now) = (self.db, self.now_ms);
+        let mut ended = Ended::default();
         if db.leases_out.load(Relaxed) == 0 {
-            return 0;
+            return ended;
         }
-        let mut revoked = 0;
         for key in keys {
             let (map, _) = shard_mut_of(db, &mut self.guards, key);
-            if !map.leases.is_empty() && map.leases.revoke(key) {
-                revoked += 1;
+            if !map.leases.is_empty() {
+                ended += map.leases.revoke(key, now);
             }
         }
-        db.leases_out.fetch_sub(revoked, Relaxed);
-        revoked
+        db.leases_out.fetch_sub(ended.total(), Relaxed);
+        ended
     }
 
     /// Revokes every lease in the locked shards (FLUSHALL).
-    pub fn revoke_all_leases(&mut self) -> usize {
-        let db = self.db;
+    pub fn revoke_all_leases(&mut self) -> Ended {
+        let (db, now) = (self.db, self.now_ms);
+        let mut ended = Ended::default();
         if db.leases_out.load(Relaxed) == 0 {
-            return 0;
+            return ended;
         }
-        let mut revoked = 0;
         for (_, g) in &mut self.guards {
             if let Guard::Write(g) = g {
-                revoked += g.leases.revoke_all();
+                ended += g.leases.revoke_all(now);
             }
         }
-        db.leases_out.fetch_sub(revoked, Relaxed);
-        revoked
+        db.leases_out.fetch_sub(ended.total(), Relaxed);
+        ended
     }
 
     /// Registers a WATCH of `key` (needs a write-locked view).
