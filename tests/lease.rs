@@ -684,27 +684,19 @@ fn parked_runs_and_lapsed_leases_are_counted_once_and_rightly() {
         .unwrap();
     let () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut c).unwrap();
     let t = token(lease(&mut c, "u:1", &["PX", "60000"]));
-    let waiters: Vec<_> = (0..3)
-        .map(|_| {
-            let mut w = s.conn();
-            thread::spawn(move || lease(&mut w, "u:1", &["BLOCK", "0"]))
-        })
-        .collect();
+    let (granted, grants) = std::sync::mpsc::channel();
+    for _ in 0..3 {
+        let (mut w, granted) = (s.conn(), granted.clone());
+        thread::spawn(move || granted.send(lease(&mut w, "u:1", &["BLOCK", "0"])).unwrap());
+    }
     wait_blocked(&mut c, 3);
-    assert_eq!(
-        call(
-            &mut c,
-            &[b"IDSET.RELEASE", b"u:1", t.to_string().as_bytes()]
-        ),
-        RV::Int(1)
-    );
+    let release =
+        |c: &mut Connection, t: i64| call(c, &[b"IDSET.RELEASE", b"u:1", t.to_string().as_bytes()]);
+    assert_eq!(release(&mut c, t), RV::Int(1));
     // One waiter is granted the lease; it releases, and so on down the line.
-    for w in waiters {
-        let t = token(w.join().unwrap());
-        call(
-            &mut c,
-            &[b"IDSET.RELEASE", b"u:1", t.to_string().as_bytes()],
-        );
+    for _ in 0..3 {
+        let t = token(grants.recv_timeout(Duration::from_secs(10)).unwrap());
+        assert_eq!(release(&mut c, t), RV::Int(1));
     }
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
