@@ -75,6 +75,10 @@ struct RoundResult {
     /// alone; with the cache, one per fill, busy read or fallback (the tier's
     /// counters; each is one statement).
     check_reads_per_1000: f64,
+    /// With the cache: sets dropped because a write-through arrived after a later
+    /// change to the same set (INFO idset_late_changes), per 1,000 follows, over
+    /// the whole round.
+    late_per_1000_follows: Option<f64>,
 }
 
 fn main() {
@@ -115,7 +119,7 @@ fn main() {
         for mode in [Mode::MySql, Mode::Cached] {
             let r = rt.block_on(run(&store, &p, mode, round as u64));
             println!(
-                "round {round} {mode:?}: {:.0} checks/s, check p50 {} µs p99 {} µs, follow p99 {} µs, follows {:.1}%, hit ratio {}, MySQL reads per 1,000 checks {:.0}, all statements {:.0}",
+                "round {round} {mode:?}: {:.0} checks/s, check p50 {} µs p99 {} µs, follow p99 {} µs, follows {:.1}%, hit ratio {}, MySQL reads per 1,000 checks {:.0}, all statements {:.0}, sets dropped for late write-throughs per 1,000 follows {}",
                 r.checks_per_sec,
                 r.check_p50_us,
                 r.check_p99_us,
@@ -123,7 +127,9 @@ fn main() {
                 r.write_share * 100.0,
                 r.hit_ratio.map_or("-".into(), |h| format!("{h:.3}")),
                 r.check_reads_per_1000,
-                r.mysql_per_1000_checks
+                r.mysql_per_1000_checks,
+                r.late_per_1000_follows
+                    .map_or("-".into(), |l| format!("{l:.2}")),
             );
             results.push((mode, r));
         }
@@ -275,6 +281,8 @@ async fn run(store: &Store, p: &Params, mode: Mode, round: u64) -> RoundResult {
         .expect("the run reached its measured part");
     let n = checks.len() as f64;
     let reads = (check_reads(&relations) - reads0) as f64;
+    let late: f64 = harness_info(&server, "idsets", "idset_late_changes");
+    let all_follows = done_follows.load(Relaxed).max(1) as f64;
     RoundResult {
         checks_per_sec: n / p.duration.as_secs_f64(),
         check_p50_us: checks.value_at_quantile(0.5),
@@ -287,7 +295,13 @@ async fn run(store: &Store, p: &Params, mode: Mode, round: u64) -> RoundResult {
             Mode::MySql => 1000.0,
             Mode::Cached => reads * 1000.0 / n,
         },
+        late_per_1000_follows: (mode == Mode::Cached).then(|| late * 1000.0 / all_follows),
     }
+}
+
+/// One INFO field of the relcache under test.
+fn harness_info(server: &TestServer, section: &str, name: &str) -> f64 {
+    support::harness::info_value(&server.cli_out(&["INFO", section]), name)
 }
 
 /// Checks the tier answered from MySQL: each one statement. (The last two are zero
@@ -338,5 +352,9 @@ fn summary(results: &[(Mode, RoundResult)]) {
     println!(
         "| cache hit ratio | - | {:.3} | |",
         pick(Mode::Cached, &|r| r.hit_ratio.unwrap_or(0.0))
+    );
+    println!(
+        "| sets dropped for late write-throughs, per 1,000 follows | - | {:.2} | |",
+        pick(Mode::Cached, &|r| r.late_per_1000_follows.unwrap_or(0.0))
     );
 }
