@@ -150,6 +150,24 @@ struct FilledSet {
     table: Bytes,
 }
 
+/// What a write did, as far as the cache is concerned: the sequence number of the
+/// change, if it made one.
+trait Sequenced {
+    fn seq(&self) -> Option<u64>;
+}
+
+impl Sequenced for FollowOutcome {
+    fn seq(&self) -> Option<u64> {
+        self.seq
+    }
+}
+
+impl Sequenced for UnfollowOutcome {
+    fn seq(&self) -> Option<u64> {
+        self.seq
+    }
+}
+
 /// A follow or unfollow in flight; see [`Relations::pending_write`].
 struct PendingWrite<'a> {
     relations: &'a Relations,
@@ -237,21 +255,9 @@ impl Relations {
     /// unless [`StoreError::is_outcome_unknown`]: the commit was sent and no answer
     /// came, and `a`'s cached set is deleted, so that neither outcome is hidden.
     pub async fn follow(&self, a: u64, b: u64) -> Result<FollowOutcome, RelationError> {
-        let pending = self.pending_write(a);
-        let outcome = match self.store.follow(a, b).await {
-            Ok(outcome) => outcome,
-            Err(e) => {
-                self.write_failed(a, &e).await;
-                pending.settled();
-                return Err(e.into());
-            }
-        };
-        if let Some(seq) = outcome.seq {
-            let add = Cmd::idset_add_xx_seq(self.cache_key(a), seq, &[b]);
-            self.write_through(a, add.map(drop)).await;
-        }
-        pending.settled();
-        Ok(outcome)
+        let key = self.cache_key(a);
+        let add = move |seq| Cmd::idset_add_xx_seq(key, seq, &[b]).map(drop);
+        self.write(a, self.store.follow(a, b), add).await
     }
 
     /// `a` no longer follows `b`; as [`follow`](Self::follow). Idempotent.
@@ -260,18 +266,30 @@ impl Relations {
     ///
     /// As [`follow`](Self::follow).
     pub async fn unfollow(&self, a: u64, b: u64) -> Result<UnfollowOutcome, RelationError> {
-        let pending = self.pending_write(a);
-        let outcome = match self.store.unfollow(a, b).await {
+        let key = self.cache_key(a);
+        let rem = move |seq| Cmd::idset_rem_seq(key, seq, &[b]).map(drop);
+        self.write(a, self.store.unfollow(a, b), rem).await
+    }
+
+    /// A change to `user`'s set: `commit` in MySQL, then, if it changed anything,
+    /// `through(seq)` to the cache.
+    async fn write<O: Sequenced>(
+        &self,
+        user: u64,
+        commit: impl std::future::Future<Output = Result<O, StoreError>>,
+        through: impl FnOnce(u64) -> Cmd<()>,
+    ) -> Result<O, RelationError> {
+        let pending = self.pending_write(user);
+        let outcome = match commit.await {
             Ok(outcome) => outcome,
             Err(e) => {
-                self.write_failed(a, &e).await;
+                self.write_failed(user, &e).await;
                 pending.settled();
                 return Err(e.into());
             }
         };
-        if let Some(seq) = outcome.seq {
-            let rem = Cmd::idset_rem_seq(self.cache_key(a), seq, &[b]);
-            self.write_through(a, rem.map(drop)).await;
+        if let Some(seq) = outcome.seq() {
+            self.write_through(user, through(seq)).await;
         }
         pending.settled();
         Ok(outcome)
