@@ -344,8 +344,9 @@ fn sequenced_changes_apply_in_order_and_a_late_one_drops_the_key() {
         .unwrap();
     assert_eq!(n, 2);
     assert_eq!(seq_of(&mut con), 10);
-    // Changes the load already includes: nothing happens.
-    assert_eq!(change(&mut con, "IDSET.ADD", 10, 3), RV::Int(0));
+    // The change the load is as of, again (a retried write-through): nothing
+    // happens.
+    assert_eq!(change(&mut con, "IDSET.ADD", 10, 2), RV::Int(0));
     assert_eq!(members(&mut con), Some(vec![1, 2]));
     // Newer changes apply in order, even those that change no id.
     assert_eq!(change(&mut con, "IDSET.ADD", 12, 3), RV::Int(1));
@@ -372,6 +373,20 @@ fn sequenced_changes_apply_in_order_and_a_late_one_drops_the_key() {
         .unwrap();
     assert_eq!(change(&mut con, "IDSET.REM", 19, 1), RV::Nil);
     assert_eq!(members(&mut con), None);
+    // The same number for a change the set does not show: the number was reused
+    // (a counter that went back), so the set is dropped rather than trusted.
+    let _: i64 = redis::cmd("IDSET.LOAD")
+        .arg(&["f", "SEQ", "25", "IDS", "1"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(change(&mut con, "IDSET.ADD", 25, 2), RV::Nil);
+    assert_eq!(members(&mut con), None);
+    let _: i64 = redis::cmd("IDSET.LOAD")
+        .arg(&["f", "SEQ", "25", "IDS", "1"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(change(&mut con, "IDSET.REM", 25, 1), RV::Nil);
+    assert_eq!(members(&mut con), None);
     // A change to a missing key stays a miss, and XX creates nothing.
     assert_eq!(change(&mut con, "IDSET.ADD", 30, 1), RV::Nil);
     assert_eq!(change(&mut con, "IDSET.REM", 30, 1), RV::Nil);
@@ -388,8 +403,11 @@ fn sequenced_changes_apply_in_order_and_a_late_one_drops_the_key() {
     assert_eq!(seq_of(&mut con), 1);
     // Bad sequence numbers and misplaced options are refused.
     for bad in [
-        &["IDSET.ADD", "f", "SEQ", "-1", "1"][..],
-        &["IDSET.ADD", "f", "SEQ", "x", "1"],
+        &["IDSET.ADD", "f", "XX", "SEQ", "-1", "1"][..],
+        &["IDSET.ADD", "f", "XX", "SEQ", "x", "1"],
+        &["IDSET.ADD", "f", "XX", "SEQ", "0", "1"],
+        &["IDSET.REM", "f", "SEQ", "9223372036854775808", "1"],
+        &["IDSET.LOAD", "f", "SEQ", "-1", "IDS", "1"],
     ] {
         let err = redis::cmd(bad[0])
             .arg(&bad[1..])
@@ -402,8 +420,25 @@ fn sequenced_changes_apply_in_order_and_a_late_one_drops_the_key() {
         .query::<RV>(&mut con)
         .unwrap_err();
     assert!(err.to_string().contains("not a valid id"), "{err}");
+    // A numbered change never creates a set, which would claim to be complete.
     let err = redis::cmd("IDSET.ADD")
-        .arg(&["f", "SEQ", "5"])
+        .arg(&["new", "SEQ", "5", "1"])
+        .query::<RV>(&mut con)
+        .unwrap_err();
+    assert!(err.to_string().contains("SEQ needs XX"), "{err}");
+    let err = redis::cmd("IDSET.LOAD")
+        .arg(&["f", "SEQ", "5", "SEQ", "6", "IDS", "1"])
+        .query::<RV>(&mut con)
+        .unwrap_err();
+    assert!(err.to_string().contains("syntax error"), "{err}");
+    // The largest number IDSET.INFO can report is accepted.
+    let _: i64 = redis::cmd("IDSET.LOAD")
+        .arg(&["f", "SEQ", "9223372036854775807", "IDS", "1"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(seq_of(&mut con), i64::MAX);
+    let err = redis::cmd("IDSET.ADD")
+        .arg(&["f", "XX", "SEQ", "5"])
         .query::<RV>(&mut con)
         .unwrap_err();
     assert!(

@@ -204,7 +204,7 @@ fn load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let mut expire_ms: Option<i64> = None;
     let mut reserve = 0usize;
     let mut lease_token = None;
-    let mut seq = 0;
+    let mut seq = None;
     let mut i = 2;
     let set = loop {
         let Some(opt) = args.get(i) else {
@@ -233,7 +233,10 @@ fn load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             lease_token = Some(lease::parse_token(value)?);
             i += 2;
         } else if eq_ic(opt, "SEQ") {
-            seq = parse_seq(value)?;
+            if seq.is_some() {
+                return Err(CmdError::Syntax);
+            }
+            seq = Some(parse_seq(value, 0)?);
             i += 2;
         } else if eq_ic(opt, "TABLE") {
             if args.len() != i + 2 {
@@ -255,7 +258,7 @@ fn load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             return Err(CmdError::Syntax);
         }
     };
-    let set = set.with_seq(seq);
+    let set = set.with_seq(seq.unwrap_or(0));
     let len = set.len();
     let key = &args[1];
     let v = match lease_token {
@@ -350,8 +353,12 @@ fn bitmap(table: TableRef<'_>, packed: &[u8]) -> CmdResult {
 }
 
 /// A change's sequence number: a canonical decimal `u64`.
-fn parse_seq(arg: &[u8]) -> Result<u64, CmdError> {
-    super::ids::parse_id_opt(arg).ok_or_else(|| CmdError::err("invalid sequence number"))
+/// A sequence number: a canonical decimal in `min..=i64::MAX` (what IDSET.INFO can
+/// report). A change is numbered from 1; a load may be as of change 0 (none).
+fn parse_seq(arg: &[u8], min: u64) -> Result<u64, CmdError> {
+    super::ids::parse_id_opt(arg)
+        .filter(|&n| n >= min && n <= i64::MAX as u64)
+        .ok_or_else(|| CmdError::err("invalid sequence number"))
 }
 
 /// The options of a write-through, `[XX] [SEQ n]` in any order (XX only where
@@ -365,8 +372,15 @@ fn change_opts(args: &[Bytes], xx_allowed: bool) -> Result<(bool, Option<u64>, u
                 i += 1;
             }
             Some(a) if seq.is_none() && eq_ic(a, "SEQ") => {
-                seq = Some(parse_seq(args.get(i + 1).ok_or(CmdError::Syntax)?)?);
+                seq = Some(parse_seq(args.get(i + 1).ok_or(CmdError::Syntax)?, 1)?);
                 i += 2;
+            }
+            // A numbered change applies to a set that is cached whole; created
+            // from one change, a set would claim to be complete as of it.
+            _ if seq.is_some() && xx_allowed && !xx => {
+                return Err(CmdError::err(
+                    "SEQ needs XX: a numbered change applies to a cached set, never creates one",
+                ))
             }
             _ => return Ok((xx, seq, i)),
         }
@@ -406,8 +420,11 @@ fn rem(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             set.advance(s);
             removed
         }
-        Some((_, Order::Applied)) => 0,
-        Some((_, Order::Late)) => {
+        // The same number again is a retry, unless the set does not show the
+        // change: then the number was reused (a counter that went back, as after a
+        // failover to a replica that lagged), and the set cannot be trusted.
+        Some((_, Order::Applied)) if ids.iter().all(|&id| !set.contains(id)) => 0,
+        Some((_, Order::Applied | Order::Late)) => {
             v.remove(&args[1]);
             late.incr();
             return Ok(Frame::Null);

@@ -353,8 +353,10 @@ fn insert_into(
             set.advance(s);
             Ok(Some(added))
         }
-        Some((_, _, Order::Applied)) => Ok(Some(0)),
-        Some((_, late, Order::Late)) => {
+        // The same number again is a retry, unless the set does not show the
+        // change: then the number was reused (see `IDSET.REM`).
+        Some((_, _, Order::Applied)) if ids.iter().all(|&id| set.contains(id)) => Ok(Some(0)),
+        Some((_, late, Order::Applied | Order::Late)) => {
             v.remove(key);
             late.incr();
             Ok(None)
