@@ -348,16 +348,56 @@ async fn prune_drops_only_old_log_rows() {
         .await;
     }
     let day = Duration::from_secs(86_400);
-    assert_eq!(repair::prune_log(&store, day, 4).await.unwrap(), 15);
+    // Each user's newest row stays, however old: it numbers the user's cached set.
+    let (mut prunable, mut newest_before) = (0, Vec::new());
+    for shard in 0..SHARDS {
+        let n: Vec<u64> = raw
+            .query(
+                shard,
+                "SELECT COUNT(*) FROM {db}.relation_log l WHERE ts < ? AND seq < \
+                 (SELECT MAX(seq) FROM {db}.relation_log m WHERE m.user_id = l.user_id)",
+                (super_old_cutoff(),),
+            )
+            .await;
+        prunable += n[0];
+        newest_before.extend(newest_per_user(&raw, shard).await);
+    }
+    assert!(
+        prunable > 0 && prunable < 15,
+        "{prunable}: the graph has both kinds"
+    );
+    assert_eq!(repair::prune_log(&store, day, 4).await.unwrap(), prunable);
     assert_eq!(repair::prune_log(&store, day, 4).await.unwrap(), 0);
     let mut left = 0;
+    let mut newest_after = Vec::new();
     for shard in 0..SHARDS {
         let n: Vec<u64> = raw
             .query(shard, "SELECT COUNT(*) FROM {db}.relation_log", ())
             .await;
         left += n[0];
+        newest_after.extend(newest_per_user(&raw, shard).await);
     }
-    assert_eq!(left, 25);
+    assert_eq!(left, 40 - prunable);
+    assert_eq!(newest_after, newest_before, "every user's newest row stays");
+}
+
+/// A cutoff a day and a half ago: the aged rows are before it, the rest after.
+fn super_old_cutoff() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    now - 129_600_000_000
+}
+
+/// `(user, newest seq)` of every user with log rows on `shard`.
+async fn newest_per_user(raw: &RawSql, shard: u32) -> Vec<(u64, u64)> {
+    raw.query(
+        shard,
+        "SELECT user_id, MAX(seq) FROM {db}.relation_log GROUP BY user_id ORDER BY user_id",
+        (),
+    )
+    .await
 }
 
 /// The `relcache-repair` binary, as an operator runs it: a shard map file with the

@@ -290,9 +290,11 @@ async fn a_write_through_that_arrives_late_never_undoes_a_later_write() {
     }
 }
 
-/// A follow whose COMMIT was sent but never answered may or may not stand; the
-/// cached set must not pretend to know. MariaDB's BACKUP STAGE BLOCK_COMMIT holds
-/// the commit past the store's timeout, then lets it through.
+/// A follow whose COMMIT was sent but never answered may or may not stand, and may
+/// land any time. The cached set must not pretend to know — nor be refilled, while
+/// the commit is pending, from the state before it. MariaDB's BACKUP STAGE
+/// BLOCK_COMMIT holds the commit past the store's timeout (or past the moment the
+/// caller gives up), and a read comes in before it is let through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_whose_outcome_is_unknown_leaves_no_stale_set() {
     use mysql_async::prelude::Queryable;
@@ -302,30 +304,62 @@ async fn a_commit_whose_outcome_is_unknown_leaves_no_stale_set() {
         c.query_timeout = Duration::from_millis(700);
     })
     .await;
-    let (a, b) = (61, 62);
-    assert!(
-        !t.is_following(a, b).await.unwrap(),
-        "cached: follows nobody"
-    );
-    let mut blocker = mysql_async::Conn::from_url(db.url()).await.unwrap();
-    blocker.query_drop("BACKUP STAGE START").await.unwrap();
-    blocker
-        .query_drop("BACKUP STAGE BLOCK_COMMIT")
-        .await
-        .unwrap();
-    let err = t.follow(a, b).await.unwrap_err();
-    let relcache_client::relation::service::RelationError::Store(err) = err else {
-        panic!("a store error")
-    };
-    assert!(err.is_outcome_unknown(), "{err}");
-    blocker.query_drop("BACKUP STAGE END").await.unwrap();
-    // The commit went through after all; the tier answers as MySQL does.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !t.store().is_following(a, b).await.unwrap() {
-        assert!(Instant::now() < deadline, "the held commit never landed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    for (a, b, abandon) in [(61, 62, false), (63, 64, true)] {
+        assert!(
+            !t.is_following(a, b).await.unwrap(),
+            "cached: follows nobody"
+        );
+        let mut blocker = mysql_async::Conn::from_url(db.url()).await.unwrap();
+        blocker.query_drop("BACKUP STAGE START").await.unwrap();
+        blocker
+            .query_drop("BACKUP STAGE BLOCK_COMMIT")
+            .await
+            .unwrap();
+        if abandon {
+            let cut = tokio::time::timeout(Duration::from_millis(400), t.follow(a, b)).await;
+            assert!(cut.is_err(), "the caller gave up while the commit was held");
+        } else {
+            let err = t.follow(a, b).await.unwrap_err();
+            let relcache_client::relation::service::RelationError::Store(err) = err else {
+                panic!("a store error")
+            };
+            assert!(err.is_outcome_unknown(), "{err}");
+        }
+        // A read while the commit is pending: from MySQL, as it stands.
+        assert!(!t.is_following(a, b).await.unwrap());
+        assert_eq!(t.suspect_sets(), 1, "not trusted, and not deleted yet");
+        blocker.query_drop("BACKUP STAGE END").await.unwrap();
+        // The commit lands; once the service has seen it settle, the set is
+        // deleted and every read agrees with MySQL again.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while t.suspect_sets() > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the write in doubt never settled"
+            );
+            assert!(
+                t.is_following(a, b).await.unwrap() == t.store().is_following(a, b).await.unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            t.store().is_following(a, b).await.unwrap(),
+            "the commit landed"
+        );
+        let cached = t
+            .cache()
+            .run(Cmd::idset_exists(t.cache_key(a), b))
+            .await
+            .unwrap();
+        assert_ne!(cached, Some(false), "no set from before the commit");
+        assert!(t.is_following(a, b).await.unwrap());
+        assert!(
+            t.stats()
+                .writes_in_doubt
+                .load(std::sync::atomic::Ordering::Relaxed)
+                >= 1
+        );
     }
-    assert!(t.is_following(a, b).await.unwrap(), "no stale set answered");
 }
 
 /// A caller that gives up on a follow midway (a request timeout around it) may

@@ -17,6 +17,13 @@
 //!   change bumps the user's generation, so a `DEL` that was in flight when a newer
 //!   change was lost clears only what it covered.
 //!
+//! - **A set whose change may still be on its way to MySQL is suspect until it has
+//!   landed or not.** A `COMMIT` sent but never answered, or a follow whose caller
+//!   gave up midway, may commit later: deleting the set right away would let a read
+//!   refill it from the state before that commit. Such a user is *pinned* suspect:
+//!   no `DEL` is sent for it until the service has seen the write's locks released
+//!   in MySQL (the change landed or rolled back) and unpins it.
+//!
 //! The suspect list lives in this process: another service process may read a
 //! stale set until the `DEL` lands, and if this process dies first the set's TTL is
 //! what bounds it. The list is bounded (`max_suspects`); a lost change past the
@@ -32,6 +39,15 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Acquire, Ordering::Release};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// Why a user's set is suspect.
+#[derive(Debug, Clone, Copy, Default)]
+struct Suspect {
+    /// Of the newest lost change: a `DEL` clears only up to it.
+    generation: u64,
+    /// Writes still in doubt: no `DEL` until they are settled.
+    pinned: u32,
+}
 
 /// Cache health and the suspect sets; see the module docs.
 #[derive(Debug)]
@@ -55,9 +71,8 @@ struct State {
     failures: u32,
     /// While the cache is down: when the next probe may go.
     retry_at: Option<Instant>,
-    /// Users whose cached set may lack a committed change, each with the
-    /// generation of the newest such change.
-    suspects: HashMap<u64, u64>,
+    /// Users whose cached set may lack a committed change.
+    suspects: HashMap<u64, Suspect>,
     generation: u64,
     /// A caller is deleting suspect keys; others need not send the same `DEL`.
     clearing: bool,
@@ -135,13 +150,39 @@ impl Guard {
     /// `user`'s cached set may lack a committed change. Answers false if the list is
     /// full and the user could not be added.
     pub fn suspect(&self, user: u64) -> bool {
+        self.mark(user, false)
+    }
+
+    /// `user`'s cached set may lack a change whose commit is still in doubt: the
+    /// set is suspect, and not to be deleted until [`settled`](Self::settled).
+    /// Answers false if the list is full and the user could not be added.
+    pub fn suspect_in_doubt(&self, user: u64) -> bool {
+        self.mark(user, true)
+    }
+
+    /// A write in doubt on `user`'s set has landed or rolled back: once no other is
+    /// in doubt, the set may be deleted (and then trusted again).
+    pub fn settled(&self, user: u64) {
+        let mut s = self.state();
+        s.generation += 1;
+        let generation = s.generation;
+        if let Some(suspect) = s.suspects.get_mut(&user) {
+            suspect.pinned = suspect.pinned.saturating_sub(1);
+            // The DEL must come after the write settled, not before.
+            suspect.generation = generation;
+        }
+    }
+
+    fn mark(&self, user: u64, in_doubt: bool) -> bool {
         let mut s = self.state();
         if s.suspects.len() >= self.max_suspects && !s.suspects.contains_key(&user) {
             return false;
         }
         s.generation += 1;
         let generation = s.generation;
-        s.suspects.insert(user, generation);
+        let suspect = s.suspects.entry(user).or_default();
+        suspect.generation = generation;
+        suspect.pinned += u32::from(in_doubt);
         self.suspect_count.store(s.suspects.len(), Release);
         true
     }
@@ -165,8 +206,17 @@ impl Guard {
         if s.clearing || s.suspects.is_empty() {
             return None;
         }
+        let batch: Vec<(u64, u64)> = s
+            .suspects
+            .iter()
+            .filter(|(_, suspect)| suspect.pinned == 0)
+            .take(max)
+            .map(|(&u, suspect)| (u, suspect.generation))
+            .collect();
+        if batch.is_empty() {
+            return None;
+        }
         s.clearing = true;
-        let batch = s.suspects.iter().take(max).map(|(&u, &g)| (u, g)).collect();
         Some(Clearing { guard: self, batch })
     }
 }
@@ -189,7 +239,8 @@ impl Clearing<'_> {
         let mut s = self.guard.state();
         let before = s.suspects.len();
         for &(user, generation) in &self.batch {
-            if s.suspects.get(&user) == Some(&generation) {
+            let current = s.suspects.get(&user);
+            if current.is_some_and(|c| c.generation == generation && c.pinned == 0) {
                 s.suspects.remove(&user);
             }
         }
@@ -262,6 +313,29 @@ mod tests {
         assert_eq!(g.clearing(1).map(Clearing::done), Some(1));
         assert_eq!(g.suspects(), 0);
         assert!(g.clearing(10).is_none());
+    }
+
+    #[test]
+    fn a_set_in_doubt_is_not_deleted_until_its_write_settles() {
+        let g = Guard::new(1, SEC, 10);
+        assert!(g.suspect_in_doubt(7));
+        assert!(g.is_suspect(7));
+        assert!(g.clearing(10).is_none(), "no DEL while the commit may land");
+        assert!(g.suspect_in_doubt(7), "a second write in doubt");
+        g.settled(7);
+        assert!(g.clearing(10).is_none(), "one is still in doubt");
+        g.settled(7);
+        let batch = g.clearing(10).expect("deletable now");
+        assert_eq!(batch.users().collect::<Vec<_>>(), [7]);
+        assert_eq!(batch.done(), 1);
+        assert!(!g.is_suspect(7));
+        // A DEL taken before the write settled clears nothing.
+        assert!(g.suspect(8));
+        let early = g.clearing(10).unwrap();
+        assert!(g.suspect_in_doubt(8));
+        g.settled(8);
+        assert_eq!(early.done(), 0, "the DEL predates the settlement");
+        assert!(g.is_suspect(8));
     }
 
     #[test]

@@ -31,14 +31,14 @@
 //! primary without crowding out user traffic. [`prune_log`] deletes log rows older
 //! than the longest window anyone runs [`recent`] with.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::time::Duration;
 
 use mysql_async::{Params, Value};
 use tokio::time::Instant;
 
-use super::store::{now_micros, Fixes, Store, StoreError, Table};
+use super::store::{in_list, now_micros, Fixes, Store, StoreError, Table};
 
 /// The `repair_state.job` of the full scan.
 const FULL_SCAN_JOB: &str = "full";
@@ -323,9 +323,13 @@ pub async fn recent(
     Ok(report)
 }
 
-/// Deletes `relation_log` rows older than `age` on every shard, `batch` rows per
-/// statement (short transactions, so pruning never holds locks for long).
+/// Deletes `relation_log` rows older than `age` on every shard, in batches of
+/// `batch` rows (short transactions, so pruning never holds locks for long).
 /// Answers how many rows it deleted.
+///
+/// Each user's newest row stays, however old: its `seq` is the number a cache fill
+/// stamps the user's set with (see `Store::following_snapshot`), and a number that
+/// went back once the row was gone would let a write-through older than it apply.
 ///
 /// # Errors
 ///
@@ -333,25 +337,62 @@ pub async fn recent(
 pub async fn prune_log(store: &Store, age: Duration, batch: u32) -> Result<u64, StoreError> {
     let inner = store.inner();
     let before = now_micros().saturating_sub(age.as_micros() as u64);
-    let batch = u64::from(batch.max(1));
+    let batch = batch.max(1) as usize;
     let mut deleted = 0;
     for shard in 0..inner.map().len() {
-        let sql = format!(
-            "DELETE FROM {} WHERE ts < ? LIMIT ?",
-            inner.table(shard, Table::RelationLog)
-        );
+        let log = inner.table(shard, Table::RelationLog);
+        let old =
+            format!("SELECT seq, user_id FROM {log} WHERE ts < ? AND seq > ? ORDER BY seq LIMIT ?");
+        let mut after = 0u64;
         loop {
-            let n = inner
-                .write(
+            let rows: Vec<(u64, u64)> = inner
+                .read(
                     inner.deadline(),
                     shard,
-                    "prune relation_log",
-                    sql.clone(),
-                    (before, batch),
+                    "read relation_log",
+                    old.clone(),
+                    (before, after, batch as u64),
                 )
                 .await?;
-            deleted += n;
-            if n < batch {
+            let Some(&(last, _)) = rows.last() else {
+                break;
+            };
+            after = last;
+            let users: BTreeSet<u64> = rows.iter().map(|&(_, u)| u).collect();
+            let (marks, values) = in_list(users.iter().map(|&u| Value::from(u)));
+            let newest = format!(
+                "SELECT user_id, MAX(seq) FROM {log} WHERE user_id IN ({marks}) GROUP BY user_id"
+            );
+            let newest: HashMap<u64, u64> = inner
+                .read::<(u64, u64)>(
+                    inner.deadline(),
+                    shard,
+                    "read relation_log",
+                    newest,
+                    Params::Positional(values),
+                )
+                .await?
+                .into_iter()
+                .collect();
+            let doomed: Vec<Value> = rows
+                .iter()
+                .filter(|&&(seq, user)| newest.get(&user).is_some_and(|&max| seq < max))
+                .map(|&(seq, _)| Value::from(seq))
+                .collect();
+            if !doomed.is_empty() {
+                let (marks, values) = in_list(doomed);
+                let sql = format!("DELETE FROM {log} WHERE seq IN ({marks})");
+                deleted += inner
+                    .write(
+                        inner.deadline(),
+                        shard,
+                        "prune relation_log",
+                        sql,
+                        Params::Positional(values),
+                    )
+                    .await?;
+            }
+            if rows.len() < batch {
                 break;
             }
         }

@@ -40,6 +40,7 @@ mod cache;
 mod fill;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -124,6 +125,10 @@ pub struct TierStats {
     /// Lost write-throughs that could not be remembered (`max_suspects` reached):
     /// the set's TTL is all that bounds their staleness.
     pub suspects_dropped: AtomicU64,
+    /// Follows and unfollows whose commit was in doubt (sent and never answered,
+    /// or the caller gave up midway): the user's set stayed suspect until MySQL
+    /// showed the write settled.
+    pub writes_in_doubt: AtomicU64,
 }
 
 /// The relation service over one cache node and the sharded MySQL store.
@@ -132,7 +137,8 @@ pub struct Relations {
     cache: Pool,
     store: Store,
     config: RelationsConfig,
-    guard: Guard,
+    /// Shared with the tasks that wait out writes in doubt.
+    guard: Arc<Guard>,
     stats: TierStats,
 }
 
@@ -168,10 +174,12 @@ impl Sequenced for UnfollowOutcome {
     }
 }
 
-/// A follow or unfollow in flight; see [`Relations::pending_write`].
+/// A follow or unfollow in flight: until it is settled, a caller that gives up on
+/// the call (drops its future) may have left a commit in doubt.
 struct PendingWrite<'a> {
     relations: &'a Relations,
     user: u64,
+    friend: u64,
     settled: bool,
 }
 
@@ -185,12 +193,15 @@ impl PendingWrite<'_> {
 impl Drop for PendingWrite<'_> {
     fn drop(&mut self) {
         if !self.settled {
-            // The caller gave up mid-write: MySQL may have committed a change the
-            // cache never heard of.
-            self.relations.write_through_lost(self.user);
+            // The caller gave up mid-write: MySQL may have committed, or may yet
+            // commit, a change the cache never heard of.
+            self.relations.in_doubt(self.user, self.friend);
         }
     }
 }
+
+/// How long a write in doubt is waited for when the cached sets have no TTL.
+const SETTLE_PATIENCE: Duration = Duration::from_secs(3600);
 
 /// Suspect sets deleted with one `DEL`: enough to clear a long outage's backlog in
 /// few round trips, small enough that the call it precedes is barely delayed.
@@ -198,11 +209,11 @@ const CLEAR_BATCH: usize = 1024;
 
 impl Relations {
     pub fn new(cache: Pool, store: Store, config: RelationsConfig) -> Relations {
-        let guard = Guard::new(
+        let guard = Arc::new(Guard::new(
             config.cache_failure_limit,
             config.cache_retry_interval,
             config.max_suspects,
-        );
+        ));
         Relations {
             cache,
             store,
@@ -257,7 +268,7 @@ impl Relations {
     pub async fn follow(&self, a: u64, b: u64) -> Result<FollowOutcome, RelationError> {
         let key = self.cache_key(a);
         let add = move |seq| Cmd::idset_add_xx_seq(key, seq, &[b]).map(drop);
-        self.write(a, self.store.follow(a, b), add).await
+        self.write(a, b, self.store.follow(a, b), add).await
     }
 
     /// `a` no longer follows `b`; as [`follow`](Self::follow). Idempotent.
@@ -268,22 +279,30 @@ impl Relations {
     pub async fn unfollow(&self, a: u64, b: u64) -> Result<UnfollowOutcome, RelationError> {
         let key = self.cache_key(a);
         let rem = move |seq| Cmd::idset_rem_seq(key, seq, &[b]).map(drop);
-        self.write(a, self.store.unfollow(a, b), rem).await
+        self.write(a, b, self.store.unfollow(a, b), rem).await
     }
 
-    /// A change to `user`'s set: `commit` in MySQL, then, if it changed anything,
-    /// `through(seq)` to the cache.
+    /// A change to `user`'s set (following `friend` or not): `commit` in MySQL,
+    /// then, if it changed anything, `through(seq)` to the cache.
     async fn write<O: Sequenced>(
         &self,
         user: u64,
+        friend: u64,
         commit: impl std::future::Future<Output = Result<O, StoreError>>,
         through: impl FnOnce(u64) -> Cmd<()>,
     ) -> Result<O, RelationError> {
-        let pending = self.pending_write(user);
+        let pending = PendingWrite {
+            relations: self,
+            user,
+            friend,
+            settled: false,
+        };
         let outcome = match commit.await {
             Ok(outcome) => outcome,
             Err(e) => {
-                self.write_failed(user, &e).await;
+                if e.is_outcome_unknown() {
+                    self.in_doubt(user, friend);
+                }
                 pending.settled();
                 return Err(e.into());
             }
@@ -295,25 +314,48 @@ impl Relations {
         Ok(outcome)
     }
 
-    /// A write to `user`'s set about to start: until it is settled, a caller that
-    /// gives up on the call (drops its future) may have left a commit that never
-    /// reached the cache, so dropping it unsettled makes the set suspect.
-    fn pending_write(&self, user: u64) -> PendingWrite<'_> {
-        PendingWrite {
-            relations: self,
-            user,
-            settled: false,
+    /// A change of `user` following `friend` whose commit is in doubt: it may land
+    /// any time, or never. Deleting the cached set now would let a read refill it
+    /// from the state before the commit, which then lands unseen; so the set is
+    /// suspect (read from MySQL here) and not deleted until a task has seen the
+    /// write's row lock released — the change landed or rolled back — after which
+    /// the usual `DEL` clears it.
+    fn in_doubt(&self, user: u64, friend: u64) {
+        self.stats.writes_in_doubt.fetch_add(1, Relaxed);
+        if !self.guard.suspect_in_doubt(user) {
+            self.stats.suspects_dropped.fetch_add(1, Relaxed);
+            tracing::error!(
+                user,
+                max_suspects = self.config.max_suspects,
+                "a write in doubt and too many suspect sets to track; the cached set may be stale until its TTL"
+            );
+            return;
         }
-    }
-
-    /// A write to `user`'s set that MySQL failed with `e`: if its commit may have
-    /// happened, the cached set may now lack it, so the set is deleted (or becomes
-    /// suspect).
-    async fn write_failed(&self, user: u64, e: &StoreError) {
-        if e.is_outcome_unknown() {
-            let key = self.cache_key(user);
-            self.write_through(user, Cmd::del(&[key]).map(drop)).await;
-        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // Without a runtime the set stays suspect: read from MySQL for good.
+            return;
+        };
+        let (store, guard) = (self.store.clone(), self.guard.clone());
+        let patience = self.config.cache_ttl.unwrap_or(SETTLE_PATIENCE);
+        runtime.spawn(async move {
+            let give_up = Instant::now() + patience;
+            let mut pause = Duration::from_millis(50);
+            loop {
+                match store.await_settled(user, friend).await {
+                    Ok(()) => break,
+                    Err(e) if Instant::now() < give_up => {
+                        tracing::debug!(user, error = %e, "write in doubt not settled yet");
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_secs(1));
+                    }
+                    Err(e) => {
+                        tracing::warn!(user, error = %e, "gave up waiting for a write in doubt; its set is deleted now");
+                        break;
+                    }
+                }
+            }
+            guard.settled(user);
+        });
     }
 
     /// Applies a committed change to the cached set. If the cache cannot be told,

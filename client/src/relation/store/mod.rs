@@ -92,6 +92,7 @@ use tokio::time::Instant;
 
 use super::shards::ShardMap;
 pub use error::{StoreError, ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT};
+pub(crate) use read::in_list;
 pub use read::{Cursor, CursorError, Entry, FollowingSnapshot, Page, Relation, MAX_PAGE};
 pub use write::{Fixes, FollowOutcome, UnfollowOutcome};
 

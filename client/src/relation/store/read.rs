@@ -254,6 +254,27 @@ impl Store {
         Ok(out)
     }
 
+    /// Waits until no transaction holds a write lock on the pair's truth row,
+    /// `following(a, b)`: a follow or unfollow of the pair whose `COMMIT` is in
+    /// doubt has then landed or rolled back. A locking read in share mode queues
+    /// behind the writer's lock and takes none that outlives the statement.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] naming `a`'s shard; a lock wait that ran out is
+    /// [retryable](StoreError::is_retryable).
+    pub async fn await_settled(&self, a: u64, b: u64) -> Result<(), StoreError> {
+        let inner = self.inner();
+        let d = inner.deadline();
+        let shard = inner.map().shard_of(a);
+        let sql = format!(
+            "SELECT 1 FROM {} WHERE user_id = ? AND friend_id = ? LOCK IN SHARE MODE",
+            inner.table(shard, Table::Following)
+        );
+        let _: Vec<u8> = inner.read(d, shard, "await commit", sql, (a, b)).await?;
+        Ok(())
+    }
+
     /// Whether `a` follows `b`.
     ///
     /// # Errors
