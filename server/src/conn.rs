@@ -48,9 +48,7 @@ pub async fn serve(server: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>
         Closed::Io(e) => tracing::debug!(client = info.id, error = %e, "connection error"),
         Closed::Limit(why) => tracing::warn!(client = info.id, addr = %info.addr, "{why}"),
     }
-    if info.blocked.load(Relaxed) {
-        server.stats.blocked_clients.add(-1);
-    }
+    set_blocked(&server, &info, false);
     cmd::discard_session_state(&server, &mut session);
     server.clients.unregister(info.id);
 }
@@ -187,7 +185,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                         server.stats.lease_busy.incr();
                     }
                     parked = None;
-                    park(server, session, Vec::new(), false);
+                    set_blocked(server, &info, false);
                 }
             }
             r = stream.writable(), if want_write => {
@@ -247,18 +245,24 @@ fn park(
         // this one. (One that came while this command waited is kept.)
         session.info.take_unblock();
     }
-    let was = session.info.blocked.load(Relaxed);
     let parked = session.block.take().map(|block| Parked {
         args,
         block,
         woken: false,
     });
-    let now = parked.is_some();
-    if was != now {
-        session.info.blocked.store(now, Relaxed);
-        server.stats.blocked_clients.add(if now { 1 } else { -1 });
-    }
+    set_blocked(server, &session.info, parked.is_some());
     parked
+}
+
+/// Records whether the client is parked (CLIENT LIST's `b`, INFO's
+/// `blocked_clients`).
+fn set_blocked(server: &Server, info: &ClientInfo, blocked: bool) {
+    if info.blocked.swap(blocked, Relaxed) != blocked {
+        server
+            .stats
+            .blocked_clients
+            .add(if blocked { 1 } else { -1 });
+    }
 }
 
 /// Resolves when the parked command's wake signal fires; never without one.

@@ -41,7 +41,7 @@ use super::ids::{id_frame, parse_id, parse_ids};
 use super::lease::{self, LeaseOpts};
 use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, Ctx};
-use crate::db::{IdSet, Order, Value};
+use crate::db::{Change, IdSet, Value};
 use crate::error::{CmdError, CmdResult};
 
 const ONE_KEY_READ: u32 = spec::READONLY | spec::FAST;
@@ -352,7 +352,6 @@ fn bitmap(table: TableRef<'_>, packed: &[u8]) -> CmdResult {
     Ok(Frame::Bulk(bitmap.into()))
 }
 
-/// A change's sequence number: a canonical decimal `u64`.
 /// A sequence number: a canonical decimal in `min..=i64::MAX` (what IDSET.INFO can
 /// report). A change is numbered from 1; a load may be as of change 0 (none).
 fn parse_seq(arg: &[u8], min: u64) -> Result<u64, CmdError> {
@@ -412,25 +411,17 @@ fn rem(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let Some(e) = v.get_mut(&args[1]) else {
         return Ok(Frame::Null);
     };
-    let set = e.value_mut().as_idset_mut()?;
-    let removed = match seq.map(|s| (s, set.order(s))) {
-        None => set.remove_many(&ids),
-        Some((s, Order::Next)) => {
-            let removed = set.remove_many(&ids);
-            set.advance(s);
-            removed
+    match e
+        .value_mut()
+        .as_idset_mut()?
+        .apply(Change::Remove(&ids), seq)
+    {
+        Some(removed) => Ok(Frame::Integer(removed as i64)),
+        None => {
+            super::sets::drop_late(v, &args[1], late);
+            Ok(Frame::Null)
         }
-        // The same number again is a retry, unless the set does not show the
-        // change: then the number was reused (a counter that went back, as after a
-        // failover to a replica that lagged), and the set cannot be trusted.
-        Some((_, Order::Applied)) if ids.iter().all(|&id| !set.contains(id)) => 0,
-        Some((_, Order::Applied | Order::Late)) => {
-            v.remove(&args[1]);
-            late.incr();
-            return Ok(Frame::Null);
-        }
-    };
-    Ok(Frame::Integer(removed as i64))
+    }
 }
 
 fn card(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {

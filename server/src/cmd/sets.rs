@@ -25,7 +25,7 @@ use relcache_protocol::resp::Frame;
 use super::ids::{id_frame, parse_id, parse_ids};
 use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, parse_i64_opt, Ctx};
-use crate::db::{IdSet, Order, Value, View};
+use crate::db::{Change, IdSet, Order, Value, View};
 use crate::error::{CmdError, CmdResult};
 use crate::offload::{offload, LARGE_TABLE};
 use crate::stats::Counter;
@@ -332,8 +332,8 @@ pub(super) fn add_ids(
 }
 
 /// Adds `ids` under the lock: into the set at `key`, or a new set. A sequenced
-/// change, `(seq, late)`, is applied only in order; `late` counts the keys dropped
-/// for a change that came out of it.
+/// change, `(seq, late)`, is applied only in order (see [`IdSet::apply`]); `late`
+/// counts the keys dropped for a change that came out of it.
 fn insert_into(
     v: &mut View<'_>,
     key: &[u8],
@@ -345,23 +345,21 @@ fn insert_into(
     let Some(e) = v.get_mut(key) else {
         return Ok((!only_if_present).then(|| create(v, key, ids, None, seq)));
     };
-    let set = e.value_mut().as_idset_mut()?;
-    match sequenced.map(|(s, late)| (s, late, set.order(s))) {
-        None => Ok(Some(set.insert_many(ids))),
-        Some((s, _, Order::Next)) => {
-            let added = set.insert_many(ids);
-            set.advance(s);
-            Ok(Some(added))
-        }
-        // The same number again is a retry, unless the set does not show the
-        // change: then the number was reused (see `IDSET.REM`).
-        Some((_, _, Order::Applied)) if ids.iter().all(|&id| set.contains(id)) => Ok(Some(0)),
-        Some((_, late, Order::Applied | Order::Late)) => {
-            v.remove(key);
-            late.incr();
+    match e.value_mut().as_idset_mut()?.apply(Change::Add(ids), seq) {
+        Some(added) => Ok(Some(added)),
+        None => {
+            let (_, late) = sequenced.expect("only a sequenced change is refused");
+            drop_late(v, key, late);
             Ok(None)
         }
     }
+}
+
+/// Drops a set that a sequenced change reached out of order (it is then answered
+/// as absent), counting it in `late`.
+pub(super) fn drop_late(v: &mut View<'_>, key: &[u8], late: &Counter) {
+    v.remove(key);
+    late.incr();
 }
 
 /// Stores a new set of `ids` (or the table already built from them) at `key`, as

@@ -46,6 +46,13 @@ pub enum Order {
     Late,
 }
 
+/// A change of a set's members, for [`IdSet::apply`].
+#[derive(Debug, Clone, Copy)]
+pub enum Change<'a> {
+    Add(&'a [u64]),
+    Remove(&'a [u64]),
+}
+
 /// Totals over every idset value alive, for INFO's idsets section: kept as the
 /// values change (each in-place update adjusts them by its delta), so reading them
 /// costs nothing and takes no lock.
@@ -158,11 +165,32 @@ impl IdSet {
         }
     }
 
-    /// Records that change `seq` (which [`order`](Self::order) found `Next`) has
-    /// been applied.
-    pub fn advance(&mut self, seq: u64) {
-        debug_assert!(seq > self.seq);
-        self.seq = seq;
+    /// Applies `change`, and answers how many ids it added or removed. With `seq`,
+    /// as change `seq` of the source, only in order (see [`Order`]): the very change
+    /// the set is as of changes nothing; one that arrived late, or a repeated number
+    /// for a change the set does not show (a counter that went back), answers
+    /// `None`: the set can no longer be trusted, and the caller drops it.
+    pub fn apply(&mut self, change: Change<'_>, seq: Option<u64>) -> Option<u64> {
+        if let Some(seq) = seq {
+            match self.order(seq) {
+                Order::Next => self.seq = seq,
+                Order::Applied => return self.shows(change).then_some(0),
+                Order::Late => return None,
+            }
+        }
+        Some(match change {
+            Change::Add(ids) => self.insert_many(ids),
+            Change::Remove(ids) => self.remove_many(ids),
+        })
+    }
+
+    /// Whether the set holds what `change` leaves.
+    fn shows(&self, change: Change<'_>) -> bool {
+        let table = self.table();
+        match change {
+            Change::Add(ids) => ids.iter().all(|&id| table.contains(id)),
+            Change::Remove(ids) => ids.iter().all(|&id| !table.contains(id)),
+        }
     }
 
     /// The table bytes (what GET returns).
@@ -299,6 +327,29 @@ mod tests {
         assert!(kept.iter().all(|&id| s.contains(id)));
         assert!(gone.iter().all(|&id| !s.contains(id)));
         assert!(relcache_protocol::idset::validate(s.bytes()).is_ok());
+    }
+
+    #[test]
+    fn sequenced_changes_apply_in_order_only() {
+        let mut s = IdSet::build(&[1, 2]).with_seq(10);
+        assert_eq!(s.apply(Change::Add(&[2]), Some(10)), Some(0), "a retry");
+        assert_eq!(
+            s.apply(Change::Add(&[3]), Some(10)),
+            None,
+            "a reused number"
+        );
+        assert_eq!(s.apply(Change::Add(&[3]), Some(12)), Some(1));
+        assert_eq!(s.apply(Change::Remove(&[1]), Some(13)), Some(1));
+        assert_eq!(s.apply(Change::Remove(&[1]), Some(13)), Some(0), "a retry");
+        assert_eq!(
+            s.apply(Change::Remove(&[2]), Some(13)),
+            None,
+            "a reused number"
+        );
+        assert_eq!(s.apply(Change::Add(&[1]), Some(11)), None, "late");
+        assert_eq!(s.apply(Change::Add(&[4]), None), Some(1), "unsequenced");
+        assert_eq!(s.seq(), 13);
+        assert!(s.contains(2) && s.contains(3) && s.contains(4) && !s.contains(1));
     }
 
     #[test]

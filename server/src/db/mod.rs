@@ -27,7 +27,7 @@ use ahash::RandomState;
 use parking_lot::RwLock;
 
 pub use entry::{Entry, Value};
-pub use idset::{IdSet, Order, TOTALS as IDSET_TOTALS};
+pub use idset::{Change, IdSet, Order, TOTALS as IDSET_TOTALS};
 pub use key::Key;
 pub use lease::{Ended as LeasesEnded, LeaseState};
 pub use shard::{Lookup, ShardMap, WatchFlag};

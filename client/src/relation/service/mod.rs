@@ -22,7 +22,7 @@
 //!   and undo it: the cache applies changes in order, or drops a set that a change
 //!   reached out of order and lets the next read fill it again. A write whose
 //!   commit may or may not have happened (no answer to `COMMIT`), or whose caller
-//!   gave up midway, deletes the set or makes it suspect (below).
+//!   gave up midway, keeps the set suspect until MySQL shows it settled (below).
 //! - **Nothing partial is stored.** A fill is the result of one complete query;
 //!   if MySQL fails or times out the lease is released, the caller gets the error,
 //!   and the next caller may try again.
@@ -264,7 +264,9 @@ impl Relations {
     ///
     /// [`RelationError::Store`] if MySQL failed. Then the follow did not happen,
     /// unless [`StoreError::is_outcome_unknown`]: the commit was sent and no answer
-    /// came, and `a`'s cached set is deleted, so that neither outcome is hidden.
+    /// came. `a`'s set is then read from MySQL here, and deleted from the cache
+    /// once MySQL shows the write landed or rolled back, so neither outcome is
+    /// hidden.
     pub async fn follow(&self, a: u64, b: u64) -> Result<FollowOutcome, RelationError> {
         let key = self.cache_key(a);
         let add = move |seq| Cmd::idset_add_xx_seq(key, seq, &[b]).map(drop);
