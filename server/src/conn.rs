@@ -7,6 +7,10 @@
 //! `proto-max-bulk-len` allows, or a query buffer past `client-query-buffer-limit`,
 //! closes this connection only. A framing error gets Redis's `-ERR Protocol error`
 //! and a close; a bad *command* gets an error reply and the connection stays open.
+//!
+//! This is only the I/O loop: what each request asks of it comes back from
+//! [`cmd::dispatch`] as a [`Flow`], and a command that has to wait is kept and
+//! woken by [`crate::blocking`].
 
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
@@ -18,10 +22,11 @@ use relcache_protocol::resp::{Frame, Limits, RequestDecoder};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::cmd;
+use crate::blocking::{self, Parked};
+use crate::cmd::{self, Flow};
 use crate::offload::{offload, LARGE_REQUEST};
 use crate::server::Server;
-use crate::session::{ClientInfo, Session, Unblock};
+use crate::session::{ClientInfo, Session};
 
 const READ_CHUNK: usize = 16 * 1024;
 /// Past this much pending output mid-batch, try to write before executing more, so
@@ -48,7 +53,7 @@ pub async fn serve(server: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>
         Closed::Io(e) => tracing::debug!(client = info.id, error = %e, "connection error"),
         Closed::Limit(why) => tracing::warn!(client = info.id, addr = %info.addr, "{why}"),
     }
-    set_blocked(&server, &info, false);
+    blocking::set_blocked(&server, &info, false);
     cmd::discard_session_state(&server, &mut session);
     server.clients.unregister(info.id);
 }
@@ -86,27 +91,27 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
         // 1. Run the parked command again if it was woken or its time is up, then
         // every complete request in the buffer.
         if let Some(p) = parked.take_if(|p| p.due()) {
-            session.resumed = Some(p.block.deadline);
-            cmd::dispatch(server, session, &p.args, &mut wbuf);
-            session.resumed = None;
-            parked = park(server, session, p.args, false);
+            parked = blocking::resume(server, session, p, &mut wbuf);
         }
         decoder.set_limits(limits(server));
         while !closing && parked.is_none() {
             match decoder.decode(&mut rbuf, &mut args) {
                 Ok(true) => {
                     let size: usize = args.iter().map(|a| a.len()).sum();
-                    if size > LARGE_REQUEST {
-                        offload(|| cmd::dispatch(server, session, &args, &mut wbuf));
+                    let flow = if size > LARGE_REQUEST {
+                        offload(|| cmd::dispatch(server, session, &args, &mut wbuf, None))
                     } else {
-                        cmd::dispatch(server, session, &args, &mut wbuf);
-                    }
-                    if session.block.is_some() {
-                        parked = park(server, session, std::mem::take(&mut args), true);
-                        break;
+                        cmd::dispatch(server, session, &args, &mut wbuf, None)
+                    };
+                    match flow {
+                        Flow::Continue => {}
+                        Flow::Close => closing = true,
+                        Flow::Park(wait) => {
+                            parked = Some(blocking::park(server, &info, &mut args, wait));
+                            break;
+                        }
                     }
                     args.clear();
-                    closing = session.close_after_reply;
                     if wbuf.len() >= EAGER_FLUSH {
                         if let Err(e) = try_write(server, stream, &mut wbuf) {
                             return Closed::Io(e);
@@ -152,9 +157,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
             .then(|| last_interaction + Duration::from_secs(timeout));
         let soft_deadline =
             over_soft_since.map(|t| t + Duration::from_secs(config.output_limit().soft_seconds));
-        let recheck = parked
-            .as_ref()
-            .map(|p| Instant::from_std(p.block.recheck_at));
+        let recheck = parked.as_ref().map(|p| Instant::from_std(p.recheck_at()));
         let deadline = [idle_deadline, soft_deadline, recheck]
             .into_iter()
             .flatten()
@@ -168,25 +171,9 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                 let _ = try_write(server, stream, &mut wbuf);
                 return Closed::Normal;
             }
-            _ = woken(&mut parked) => {}
+            _ = blocking::woken(&mut parked) => {}
             _ = info.unblock_signal.notified(), if parked.is_some() => {
-                // CLIENT UNBLOCK: the parked command answers now, as if its wait
-                // had run out, or with an error. Requests behind it run next.
-                if let Some(how) = info.take_unblock() {
-                    let reply = match how {
-                        Unblock::Timeout => Frame::Null,
-                        Unblock::Error => {
-                            server.stats.total_error_replies.incr();
-                            Frame::error("UNBLOCKED client unblocked via CLIENT UNBLOCK")
-                        }
-                    };
-                    reply.encode(session.proto, &mut wbuf);
-                    if how == Unblock::Timeout {
-                        server.stats.lease_busy.incr();
-                    }
-                    parked = None;
-                    set_blocked(server, &info, false);
-                }
+                blocking::on_unblock(server, session, &mut parked, &mut wbuf);
             }
             r = stream.writable(), if want_write => {
                 if let Err(e) = r { return Closed::Io(e) }
@@ -216,64 +203,6 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                 // the loop.
             }
         }
-    }
-}
-
-/// A blocking command waiting to run again.
-struct Parked {
-    args: Vec<bytes::Bytes>,
-    block: crate::session::Block,
-    woken: bool,
-}
-
-impl Parked {
-    fn due(&self) -> bool {
-        self.woken || std::time::Instant::now() >= self.block.recheck_at
-    }
-}
-
-/// Parks the command just dispatched if it asked to block; accounts for it.
-/// `fresh`: the command ran for the first time, not again after a wait.
-fn park(
-    server: &Server,
-    session: &mut Session,
-    args: Vec<bytes::Bytes>,
-    fresh: bool,
-) -> Option<Parked> {
-    if fresh {
-        // A CLIENT UNBLOCK that raced with the end of an earlier wait must not end
-        // this one. (One that came while this command waited is kept.)
-        session.info.take_unblock();
-    }
-    let parked = session.block.take().map(|block| Parked {
-        args,
-        block,
-        woken: false,
-    });
-    set_blocked(server, &session.info, parked.is_some());
-    parked
-}
-
-/// Records whether the client is parked (CLIENT LIST's `b`, INFO's
-/// `blocked_clients`).
-fn set_blocked(server: &Server, info: &ClientInfo, blocked: bool) {
-    if info.blocked.swap(blocked, Relaxed) != blocked {
-        server
-            .stats
-            .blocked_clients
-            .add(if blocked { 1 } else { -1 });
-    }
-}
-
-/// Resolves when the parked command's wake signal fires; never without one.
-async fn woken(parked: &mut Option<Parked>) {
-    match parked {
-        Some(p) if !p.woken => {
-            // An error means the sender is gone: the lease ended, which is a wake-up too.
-            let _ = p.block.wake.changed().await;
-            p.woken = true;
-        }
-        _ => std::future::pending().await,
     }
 }
 

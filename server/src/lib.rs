@@ -7,6 +7,7 @@
 //! command line and calls [`run`], which tests and benches can call too.
 
 pub mod alloc;
+pub mod blocking;
 pub mod cmd;
 pub mod config;
 pub mod conn;

@@ -32,13 +32,14 @@ pub struct ClientInfo {
     pub multi: AtomicU64,
     pub qbuf: AtomicU64,
     pub obuf: AtomicU64,
-    /// Parked in a blocking command (the `b` flag of CLIENT LIST).
-    pub blocked: std::sync::atomic::AtomicBool,
+    /// Parked in a blocking command (the `b` flag of CLIENT LIST); kept by
+    /// [`crate::blocking`], like the two fields below.
+    pub(crate) blocked: std::sync::atomic::AtomicBool,
     /// Set by CLIENT UNBLOCK for a parked client, which then answers its parked
-    /// command at once: [`Unblock`] as a `u8` (0: not asked).
-    pub unblock: AtomicU8,
+    /// command at once: a [`crate::blocking::Unblock`] as a `u8` (0: not asked).
+    pub(crate) unblock: AtomicU8,
     /// Wakes the connection to act on `unblock`.
-    pub unblock_signal: tokio::sync::Notify,
+    pub(crate) unblock_signal: tokio::sync::Notify,
     /// Cancelled by CLIENT KILL (and by shutdown, as a child of the server token).
     pub kill: CancellationToken,
 }
@@ -83,38 +84,6 @@ impl ClientInfo {
             lossy(&self.lib_name),
             lossy(&self.lib_ver),
         )
-    }
-}
-
-/// How CLIENT UNBLOCK ends a parked command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Unblock {
-    /// As if its wait had run out.
-    Timeout = 1,
-    /// With `-UNBLOCKED client unblocked via CLIENT UNBLOCK`.
-    Error = 2,
-}
-
-impl ClientInfo {
-    /// Asks this client, if parked, to answer its parked command at once (CLIENT
-    /// UNBLOCK). Answers whether it was parked.
-    pub fn unblock(&self, how: Unblock) -> bool {
-        if !self.blocked.load(Relaxed) {
-            return false;
-        }
-        self.unblock.store(how as u8, Relaxed);
-        self.unblock_signal.notify_one();
-        true
-    }
-
-    /// Takes a pending CLIENT UNBLOCK request, if any.
-    pub fn take_unblock(&self) -> Option<Unblock> {
-        match self.unblock.swap(0, Relaxed) {
-            1 => Some(Unblock::Timeout),
-            2 => Some(Unblock::Error),
-            _ => None,
-        }
     }
 }
 
@@ -205,29 +174,6 @@ pub struct Session {
     /// Watched keys, with the expiry each had at WATCH time (a key that expires
     /// before EXEC counts as changed, as in Redis 7).
     pub watched: Vec<(Bytes, Option<u64>)>,
-    /// Close the connection once this batch's replies are written (QUIT).
-    pub close_after_reply: bool,
-    /// Send no reply for the command just run (SHUTDOWN: Redis closes the connection
-    /// without answering, and clients such as redis-py treat a reply as a failure).
-    pub no_reply: bool,
-    /// Set by a blocking command that has to wait (another caller holds the lease
-    /// on its key): the connection parks the command, answers nothing for it yet,
-    /// and runs it again when [`Block::wake`] fires or [`Block::recheck_at`] passes.
-    pub block: Option<Block>,
-    /// While a parked command runs again: the deadline it was first parked with, so
-    /// waking up never extends its wait.
-    pub resumed: Option<Instant>,
-}
-
-/// Why and until when a parked command waits.
-pub struct Block {
-    /// Fires (value or sender dropped) when whatever the command waits for changes.
-    pub wake: tokio::sync::watch::Receiver<()>,
-    /// When to run the command again even if nothing woke it: a lapsing lease sends
-    /// no signal.
-    pub recheck_at: Instant,
-    /// When the command stops waiting and answers that it timed out.
-    pub deadline: Instant,
 }
 
 impl Session {
@@ -239,10 +185,6 @@ impl Session {
             multi: None,
             watch_flag: WatchFlag::default(),
             watched: Vec::new(),
-            close_after_reply: false,
-            no_reply: false,
-            block: None,
-            resumed: None,
         }
     }
 

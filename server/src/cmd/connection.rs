@@ -15,8 +15,9 @@ use relcache_protocol::resp::{Frame, Protocol};
 
 use super::spec::{self, CommandSpec, Group};
 use super::{eq_ic, parse_i64, parse_i64_opt, transactions, Ctx};
+use crate::blocking::Unblock;
 use crate::error::{CmdError, CmdResult};
-use crate::session::{ClientInfo, Session, Unblock};
+use crate::session::{ClientInfo, Session};
 
 const CONN: u32 = spec::NOSCRIPT | spec::LOADING | spec::STALE;
 /// AUTH, HELLO, QUIT and RESET: usable before authenticating, and while busy.
@@ -44,7 +45,8 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: "quit",
         arity: -1,
-        flags: PRE_AUTH,
+        // Runs at once inside MULTI, as in Redis.
+        flags: PRE_AUTH | spec::NOT_QUEUED,
         group: Group::Connection,
         summary: "Closes the connection.",
         handler: quit,
@@ -82,7 +84,8 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: "reset",
         arity: 1,
-        flags: PRE_AUTH,
+        // Runs at once inside MULTI, as in Redis.
+        flags: PRE_AUTH | spec::NOT_QUEUED,
         group: Group::Connection,
         since: "6.2.0",
         summary: "Resets the connection.",
@@ -296,7 +299,7 @@ fn echo(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 }
 
 fn quit(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
-    ctx.session.close_after_reply = true;
+    ctx.close_after_reply();
     Ok(Frame::ok())
 }
 
@@ -591,7 +594,7 @@ fn client_kill(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
                 continue;
             }
             // Our own reply must still go out: close after writing it.
-            ctx.session.close_after_reply = true;
+            ctx.close_after_reply();
         } else {
             c.kill.cancel();
         }

@@ -25,10 +25,10 @@ use relcache_protocol::resp::Frame;
 
 use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, Ctx};
+use crate::blocking::Wait;
 use crate::db::LeaseState;
 use crate::error::{CmdError, CmdResult};
 use crate::server::Server;
-use crate::session::Block;
 
 pub(super) const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -135,10 +135,10 @@ pub(super) fn parse_token(arg: &[u8]) -> Result<u64, CmdError> {
 /// What a lease-asking command answers for a missing `key`, with the view locked
 /// exclusively: a new lease's token; nil when another caller holds the lease and
 /// the caller will not (or no longer) wait; or, to wait, nothing yet — the command
-/// is parked (`session.block`) and runs again when the lease ends or lapses.
+/// is parked ([`Ctx::park`]) and runs again when the lease ends or lapses.
 pub(super) fn on_miss(ctx: &mut Ctx<'_, '_>, key: &[u8], opts: LeaseOpts) -> CmdResult {
     let now = Instant::now();
-    let deadline = match (ctx.session.resumed, opts.block) {
+    let deadline = match (ctx.resumed(), opts.block) {
         (Some(d), _) => Some(d),
         (None, Some(Duration::ZERO)) => Some(far_future(now)),
         (None, Some(wait)) => Some(now + wait),
@@ -148,7 +148,7 @@ pub(super) fn on_miss(ctx: &mut Ctx<'_, '_>, key: &[u8], opts: LeaseOpts) -> Cmd
     let deadline = deadline.filter(|_| !ctx.in_exec());
     let server: &Server = ctx.server;
     let stats = &server.stats;
-    let resumed = ctx.session.resumed.is_some();
+    let resumed = ctx.resumed().is_some();
     let v = ctx.view();
     match v.lease_state(key) {
         LeaseState::Free => {
@@ -179,7 +179,7 @@ pub(super) fn on_miss(ctx: &mut Ctx<'_, '_>, key: &[u8], opts: LeaseOpts) -> Cmd
                 if !resumed {
                     stats.lease_waits.incr();
                 }
-                ctx.session.block = Some(Block {
+                ctx.park(Wait {
                     wake: ended,
                     recheck_at: deadline.min(now + lease_left),
                     deadline,

@@ -5,7 +5,10 @@
 //! its handler. Handlers live one family per file and return a [`Frame`] or a
 //! [`CmdError`]; they never touch sockets, and reach the keyspace only through
 //! [`Ctx::view`], which locks exactly the shards the command's keys live in (or, in
-//! EXEC, hands out the view the whole transaction holds).
+//! EXEC, hands out the view the whole transaction holds). A handler that must wait
+//! or end the connection says so through its context ([`Ctx::park`],
+//! [`Ctx::close_after_reply`]), and [`dispatch`] hands the connection a [`Flow`]:
+//! control travels as values, never as flags left on the session.
 
 pub mod spec;
 
@@ -29,6 +32,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use relcache_protocol::resp::{Frame, Protocol};
 
+use crate::blocking::Wait;
 use crate::db::{LockMode, View};
 use crate::error::CmdError;
 use crate::server::Server;
@@ -129,6 +133,9 @@ pub struct Ctx<'a, 'v> {
     revoke_leases: bool,
     /// A fill carrying its own lease token, which must not revoke it.
     keeps_leases: bool,
+    /// The deadline of a parked command that runs again.
+    resumed: Option<Instant>,
+    then: Then,
 }
 
 impl<'a, 'v> Ctx<'a, 'v> {
@@ -232,22 +239,89 @@ impl<'a, 'v> Ctx<'a, 'v> {
     pub fn in_exec(&self) -> bool {
         matches!(self.view, ViewSlot::Exec(_))
     }
+
+    /// For a parked command that runs again: the deadline it was first parked with,
+    /// so that waking up never extends its wait.
+    pub fn resumed(&self) -> Option<Instant> {
+        self.resumed
+    }
+
+    /// Asks to answer nothing yet and wait ([`crate::blocking`]): the command runs
+    /// again, with [`resumed`](Self::resumed) set, when the wait is woken or its
+    /// recheck time passes. The handler's own reply is dropped.
+    pub fn park(&mut self, wait: Wait) {
+        self.then = Then::Park(wait);
+    }
+
+    /// Asks to close the connection once this reply is written (QUIT).
+    pub fn close_after_reply(&mut self) {
+        self.then = Then::Close { reply: true };
+    }
+
+    /// Asks to close the connection without answering (SHUTDOWN: Redis sends no
+    /// reply, and clients such as redis-py take one as a failure).
+    pub fn close_without_reply(&mut self) {
+        self.then = Then::Close { reply: false };
+    }
 }
 
-/// Runs one request and appends its reply to `out`.
-pub fn dispatch(server: &Server, session: &mut Session, args: &[Bytes], out: &mut bytes::BytesMut) {
-    let reply = execute(server, session, args);
-    // A parked command answers when it runs again.
-    if session.block.is_some() || std::mem::take(&mut session.no_reply) {
-        return;
-    }
-    if reply.is_error() {
-        server.stats.total_error_replies.incr();
-    }
-    reply.encode(session.proto, out);
+/// What the connection does after a request ran.
+pub enum Flow {
+    /// Its reply, if it has one, is in the output: go on with the next request.
+    Continue,
+    /// Close the connection once the output is written (QUIT, SHUTDOWN, a CLIENT
+    /// KILL of itself).
+    Close,
+    /// It answered nothing yet: park it, and run it again when the wait ends
+    /// ([`crate::blocking`]).
+    Park(Wait),
 }
 
-fn execute(server: &Server, session: &mut Session, args: &[Bytes]) -> Frame {
+/// One command's result: its reply, and what the connection does next.
+pub(crate) enum Outcome {
+    Reply(Frame),
+    /// This reply, if any, then close the connection.
+    Close(Option<Frame>),
+    /// No reply yet.
+    Park(Wait),
+}
+
+/// What a handler asked for besides its reply, through [`Ctx`].
+enum Then {
+    Reply,
+    Close { reply: bool },
+    Park(Wait),
+}
+
+/// Runs one request and appends its reply, if it answers now, to `out`.
+/// `resumed` is the deadline of a parked command that runs again.
+pub fn dispatch(
+    server: &Server,
+    session: &mut Session,
+    args: &[Bytes],
+    out: &mut bytes::BytesMut,
+    resumed: Option<Instant>,
+) -> Flow {
+    let (reply, flow) = match execute(server, session, args, resumed) {
+        Outcome::Reply(reply) => (Some(reply), Flow::Continue),
+        Outcome::Close(reply) => (reply, Flow::Close),
+        Outcome::Park(wait) => (None, Flow::Park(wait)),
+    };
+    if let Some(reply) = reply {
+        if reply.is_error() {
+            server.stats.total_error_replies.incr();
+        }
+        reply.encode(session.proto, out);
+    }
+    flow
+}
+
+fn execute(
+    server: &Server,
+    session: &mut Session,
+    args: &[Bytes],
+    resumed: Option<Instant>,
+) -> Outcome {
     let reg = registry();
     let resolved = resolve(reg, args);
     let (id, spec) = match resolved {
@@ -256,7 +330,7 @@ fn execute(server: &Server, session: &mut Session, args: &[Bytes]) -> Frame {
             if let Some(m) = &mut session.multi {
                 m.failed = true;
             }
-            return e.to_frame();
+            return Outcome::Reply(e.to_frame());
         }
     };
     if !session.authenticated
@@ -267,42 +341,37 @@ fn execute(server: &Server, session: &mut Session, args: &[Bytes]) -> Frame {
         if let Some(m) = &mut session.multi {
             m.failed = true;
         }
-        return CmdError::NoAuth.to_frame();
+        return Outcome::Reply(CmdError::NoAuth.to_frame());
     }
     if let Some(m) = &mut session.multi {
         if spec.has(spec::NO_MULTI) {
             m.failed = true;
-            return CmdError::err("Command not allowed inside a transaction").to_frame();
+            let e = CmdError::err("Command not allowed inside a transaction");
+            return Outcome::Reply(e.to_frame());
         }
-        if !transactions::runs_inside_multi(spec) {
+        if !spec.has(spec::NOT_QUEUED) {
             m.queued.push(args.to_vec());
             session
                 .info
                 .multi
                 .store(m.queued.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            return Frame::Simple(Bytes::from_static(b"QUEUED"));
+            return Outcome::Reply(Frame::Simple(Bytes::from_static(b"QUEUED")));
         }
     }
-    // EXEC adds data when one of its queued commands does; what it may bring in is
-    // the size of those commands.
-    let (denyoom, incoming) = match (&session.multi, spec.name) {
-        (Some(m), "exec") => {
-            let adding: Vec<&Vec<Bytes>> = m
-                .queued
-                .iter()
-                .filter(|a| reg.get(&a[0]).is_some_and(|(_, s)| s.has(spec::DENYOOM)))
-                .collect();
-            let size = adding.iter().flat_map(|a| a.iter()).map(|a| a.len()).sum();
-            (!adding.is_empty(), size)
-        }
-        _ if spec.has(spec::DENYOOM) => (true, args.iter().map(|a| a.len()).sum()),
-        _ => (false, 0),
+    // Memory is made (or refused) before a command that may add data runs. EXEC
+    // adds data when one of its queued commands does, and may bring in their size.
+    let incoming = if spec.has(spec::RUNS_QUEUED) {
+        session.multi.as_ref().and_then(transactions::incoming)
+    } else if spec.has(spec::DENYOOM) {
+        Some(args.iter().map(|a| a.len()).sum())
+    } else {
+        None
     };
-    if let Err(e) = server.make_room(incoming, denyoom) {
+    if let Err(e) = server.make_room(incoming.unwrap_or(0), incoming.is_some()) {
         server.cmdstats[id].rejected_calls.incr();
-        return e.to_frame();
+        return Outcome::Reply(e.to_frame());
     }
-    run(server, session, id, spec, args, None)
+    run(server, session, id, spec, args, None, resumed)
 }
 
 /// Finds the command (and subcommand) for `args` and checks its arity.
@@ -378,7 +447,8 @@ pub(crate) fn run<'a, 'v>(
     spec: &'static CommandSpec,
     args: &'v [Bytes],
     exec_view: Option<&'v mut View<'a>>,
-) -> Frame {
+    resumed: Option<Instant>,
+) -> Outcome {
     let start = Instant::now();
     session
         .info
@@ -395,27 +465,32 @@ pub(crate) fn run<'a, 'v>(
         },
         revoke_leases: spec.has(spec::WRITE),
         keeps_leases: false,
+        resumed,
+        then: Then::Reply,
     };
     let result = (spec.handler)(&mut ctx, args);
-    let parked = ctx.session.block.is_some();
     // Dropping the context releases this command's locks before any stats work.
+    let then = ctx.then;
     if let ViewSlot::Own(v) = ctx.view {
         server.absorb_view_stats(&v);
     }
-    if parked {
+    if let Then::Park(wait) = then {
         // Counted once, when it answers (as Redis counts a blocked command).
-        return Frame::Null;
+        return Outcome::Park(wait);
     }
     let stats = &server.cmdstats[id];
     stats.calls.incr();
     stats.nanos.add(start.elapsed().as_nanos() as u64);
     server.stats.total_commands_processed.incr();
-    match result {
-        Ok(frame) => frame,
-        Err(e) => {
-            stats.failed_calls.incr();
-            e.to_frame()
-        }
+    let reply = result.unwrap_or_else(|e| {
+        stats.failed_calls.incr();
+        e.to_frame()
+    });
+    match then {
+        Then::Reply => Outcome::Reply(reply),
+        Then::Close { reply: true } => Outcome::Close(Some(reply)),
+        Then::Close { reply: false } => Outcome::Close(None),
+        Then::Park(_) => unreachable!("returned above"),
     }
 }
 

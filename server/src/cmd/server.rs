@@ -1117,8 +1117,7 @@ fn shutdown(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     }
     tracing::warn!(client = ctx.session.id(), "user requested shutdown");
     ctx.server.shutdown.cancel();
-    ctx.session.no_reply = true;
-    ctx.session.close_after_reply = true;
+    ctx.close_without_reply();
     Ok(Frame::ok())
 }
 

@@ -30,6 +30,12 @@ pub const BLOCKING: u32 = 1 << 13;
 /// Internal, not reported: lock the key's shards exclusively although the command
 /// does not write data (WATCH registers itself in the shard).
 pub const LOCK_WRITE: u32 = 1 << 31;
+/// Internal: runs at once inside MULTI instead of being queued (EXEC, DISCARD,
+/// MULTI, WATCH, QUIT, RESET).
+pub const NOT_QUEUED: u32 = 1 << 30;
+/// Internal: runs the commands MULTI queued (EXEC), so it is admitted under
+/// maxmemory as they would be.
+pub const RUNS_QUEUED: u32 = 1 << 29;
 
 const FLAG_NAMES: &[(u32, &str)] = &[
     (WRITE, "write"),

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use relcache_protocol::resp::Frame;
 
 use super::spec::{self, CommandSpec, Group, Keys};
-use super::{registry, resolve, run, Ctx};
+use super::{registry, resolve, run, Ctx, Outcome};
 use crate::db::{now_ms, LockMode};
 use crate::error::{CmdError, CmdResult};
 use crate::server::Server;
@@ -23,7 +23,12 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: "multi",
         arity: 1,
-        flags: spec::NOSCRIPT | spec::LOADING | spec::STALE | spec::FAST | spec::ALLOW_BUSY,
+        flags: spec::NOSCRIPT
+            | spec::LOADING
+            | spec::STALE
+            | spec::FAST
+            | spec::ALLOW_BUSY
+            | spec::NOT_QUEUED,
         group: Group::Transactions,
         since: "1.2.0",
         summary: "Starts a transaction.",
@@ -33,7 +38,12 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: "exec",
         arity: 1,
-        flags: spec::NOSCRIPT | spec::LOADING | spec::STALE | spec::SKIP_SLOWLOG,
+        flags: spec::NOSCRIPT
+            | spec::LOADING
+            | spec::STALE
+            | spec::SKIP_SLOWLOG
+            | spec::NOT_QUEUED
+            | spec::RUNS_QUEUED,
         group: Group::Transactions,
         since: "1.2.0",
         summary: "Executes all commands in a transaction.",
@@ -44,7 +54,12 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: "discard",
         arity: 1,
-        flags: spec::NOSCRIPT | spec::LOADING | spec::STALE | spec::FAST | spec::ALLOW_BUSY,
+        flags: spec::NOSCRIPT
+            | spec::LOADING
+            | spec::STALE
+            | spec::FAST
+            | spec::ALLOW_BUSY
+            | spec::NOT_QUEUED,
         group: Group::Transactions,
         since: "2.0.0",
         summary: "Discards a transaction.",
@@ -60,7 +75,8 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
             | spec::STALE
             | spec::FAST
             | spec::ALLOW_BUSY
-            | spec::LOCK_WRITE,
+            | spec::LOCK_WRITE
+            | spec::NOT_QUEUED,
         keys: Keys::ALL_ARGS,
         group: Group::Transactions,
         since: "2.2.0",
@@ -81,12 +97,17 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
     },
 ];
 
-/// Commands that run at once even inside MULTI instead of being queued.
-pub(super) fn runs_inside_multi(spec: &CommandSpec) -> bool {
-    matches!(
-        spec.name,
-        "exec" | "discard" | "multi" | "watch" | "quit" | "reset"
-    )
+/// What EXEC may bring into memory: the size of its queued commands that add
+/// data (`None` when none does, so EXEC is then not refused under maxmemory).
+pub(super) fn incoming(multi: &Multi) -> Option<usize> {
+    let reg = registry();
+    let mut adding = multi
+        .queued
+        .iter()
+        .filter(|a| reg.get(&a[0]).is_some_and(|(_, s)| s.has(spec::DENYOOM)))
+        .peekable();
+    adding.peek()?;
+    Some(adding.flat_map(|a| a.iter()).map(|a| a.len()).sum())
 }
 
 fn multi(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
@@ -204,8 +225,19 @@ fn exec(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     };
     let mut view = server.db.view(&keys, all, mode);
     let mut replies = Vec::with_capacity(resolved.len());
+    let mut close = false;
     for ((id, spec), args) in resolved.into_iter().zip(&multi.queued) {
-        let reply = run(server, session, id, spec, args, Some(&mut view));
+        let reply = match run(server, session, id, spec, args, Some(&mut view), None) {
+            Outcome::Reply(reply) => reply,
+            // A queued CLIENT KILL of this very client: answered, then closed.
+            Outcome::Close(reply) => {
+                close = true;
+                reply.unwrap_or(Frame::Null)
+            }
+            // Nothing waits inside a transaction (it holds its locks): a lease
+            // command answers busy instead.
+            Outcome::Park(_) => unreachable!("a queued command parked"),
+        };
         if reply.is_error() {
             server.stats.total_error_replies.incr();
         }
@@ -213,5 +245,8 @@ fn exec(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     }
     server.absorb_view_stats(&view);
     drop(view);
+    if close {
+        ctx.close_after_reply();
+    }
     Ok(Frame::Array(replies))
 }

@@ -1,0 +1,178 @@
+//! Blocked clients: parking a command that has to wait, waking it, and CLIENT UNBLOCK.
+//!
+//! A command that cannot answer yet (IDSET.LEASE … BLOCK while another caller holds
+//! the lease) asks its [`Ctx`](crate::cmd::Ctx) to park with a [`Wait`]; dispatch
+//! hands that back to the connection as [`Flow::Park`](crate::cmd::Flow), and the
+//! connection keeps a [`Parked`] command instead of reading on: requests behind it
+//! wait with it, so replies stay in order, as with Redis's blocked clients. The
+//! command runs again, from the top, when its wait is woken or its recheck time
+//! passes, carrying the deadline it was first parked with so a wake-up never extends
+//! the wait; it answers once it no longer parks.
+//!
+//! Everything about being blocked lives here: the wait, the parked command, the
+//! `blocked_clients` count and CLIENT LIST's `b` flag, and CLIENT UNBLOCK's request,
+//! which crosses from another connection through the [`ClientInfo`] registry entry.
+//! The connection loop only asks when a parked command is due and waits on its
+//! signals.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use relcache_protocol::resp::Frame;
+
+use crate::cmd::{self, Flow};
+use crate::server::Server;
+use crate::session::{ClientInfo, Session};
+
+/// Why and until when a parked command waits.
+pub struct Wait {
+    /// Fires (value or sender dropped) when whatever the command waits for changes.
+    pub wake: tokio::sync::watch::Receiver<()>,
+    /// When to run the command again even if nothing woke it: a lapsing lease sends
+    /// no signal.
+    pub recheck_at: Instant,
+    /// When the command stops waiting and answers that it timed out.
+    pub deadline: Instant,
+}
+
+/// A command waiting to run again.
+pub struct Parked {
+    args: Vec<Bytes>,
+    wait: Wait,
+    woken: bool,
+}
+
+impl Parked {
+    /// Whether it should run again now: woken, or its recheck time has come.
+    pub fn due(&self) -> bool {
+        self.woken || Instant::now() >= self.wait.recheck_at
+    }
+
+    /// When to look at it again if nothing wakes it.
+    pub fn recheck_at(&self) -> Instant {
+        self.wait.recheck_at
+    }
+}
+
+/// Parks a freshly dispatched command that asked to wait; its arguments are taken
+/// from `args`.
+pub fn park(server: &Server, info: &ClientInfo, args: &mut Vec<Bytes>, wait: Wait) -> Parked {
+    // A CLIENT UNBLOCK that raced with the end of an earlier wait must not end this
+    // one. (One that comes while this command waits is kept.)
+    info.take_unblock();
+    set_blocked(server, info, true);
+    Parked {
+        args: std::mem::take(args),
+        wait,
+        woken: false,
+    }
+}
+
+/// Runs a due parked command again, appending its reply to `out` if it answers.
+/// Returns it parked again if it still has to wait.
+pub fn resume(
+    server: &Server,
+    session: &mut Session,
+    parked: Parked,
+    out: &mut BytesMut,
+) -> Option<Parked> {
+    let Parked { args, wait, .. } = parked;
+    match cmd::dispatch(server, session, &args, out, Some(wait.deadline)) {
+        Flow::Park(wait) => Some(Parked {
+            args,
+            wait,
+            woken: false,
+        }),
+        // A re-run lease command never closes; if it did, the next request's
+        // dispatch would see the session as it is.
+        Flow::Continue | Flow::Close => {
+            set_blocked(server, &session.info, false);
+            None
+        }
+    }
+}
+
+/// Resolves when the parked command's wake signal fires; never without one.
+pub async fn woken(parked: &mut Option<Parked>) {
+    match parked {
+        Some(p) if !p.woken => {
+            // An error means the sender is gone: the lease ended, which is a wake-up too.
+            let _ = p.wait.wake.changed().await;
+            p.woken = true;
+        }
+        _ => std::future::pending().await,
+    }
+}
+
+/// How CLIENT UNBLOCK ends a parked command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Unblock {
+    /// As if its wait had run out.
+    Timeout = 1,
+    /// With `-UNBLOCKED client unblocked via CLIENT UNBLOCK`.
+    Error = 2,
+}
+
+impl ClientInfo {
+    /// Asks this client, if parked, to answer its parked command at once (CLIENT
+    /// UNBLOCK, from another connection). Answers whether it was parked.
+    pub fn unblock(&self, how: Unblock) -> bool {
+        if !self.blocked.load(Relaxed) {
+            return false;
+        }
+        self.unblock.store(how as u8, Relaxed);
+        self.unblock_signal.notify_one();
+        true
+    }
+
+    /// Takes a pending CLIENT UNBLOCK request, if any.
+    fn take_unblock(&self) -> Option<Unblock> {
+        match self.unblock.swap(0, Relaxed) {
+            1 => Some(Unblock::Timeout),
+            2 => Some(Unblock::Error),
+            _ => None,
+        }
+    }
+}
+
+/// Acts on a CLIENT UNBLOCK signal for this connection: the parked command answers
+/// now, as if its wait had run out or with an error, and requests behind it run
+/// next. A stale signal (the command already answered) does nothing.
+pub fn on_unblock(
+    server: &Server,
+    session: &Session,
+    parked: &mut Option<Parked>,
+    out: &mut BytesMut,
+) {
+    let Some(how) = session.info.take_unblock() else {
+        return;
+    };
+    if parked.take().is_none() {
+        return;
+    }
+    let reply = match how {
+        Unblock::Timeout => {
+            server.stats.lease_busy.incr();
+            Frame::Null
+        }
+        Unblock::Error => {
+            server.stats.total_error_replies.incr();
+            Frame::error("UNBLOCKED client unblocked via CLIENT UNBLOCK")
+        }
+    };
+    reply.encode(session.proto, out);
+    set_blocked(server, &session.info, false);
+}
+
+/// Records whether the client is parked (CLIENT LIST's `b`, INFO's
+/// `blocked_clients`). Idempotent, so a closing connection can always clear it.
+pub fn set_blocked(server: &Server, info: &ClientInfo, blocked: bool) {
+    if info.blocked.swap(blocked, Relaxed) != blocked {
+        server
+            .stats
+            .blocked_clients
+            .add(if blocked { 1 } else { -1 });
+    }
+}
