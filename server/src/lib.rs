@@ -11,16 +11,19 @@ pub mod blocking;
 pub mod cmd;
 pub mod config;
 pub mod conn;
+mod cron;
 pub mod db;
 pub mod error;
 pub mod glob;
+pub mod listen;
 pub mod offload;
 pub mod server;
 pub mod session;
 pub mod stats;
 
 pub use config::Config;
-pub use server::{run, Server};
+pub use listen::run;
+pub use server::Server;
 
 /// The Redis version relcache reports (HELLO, INFO): clients gate features on it,
 /// and relcache implements the 7.2 command surface they expect.

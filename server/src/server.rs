@@ -1,19 +1,20 @@
-//! The server: shared state, the accept loop, and the background cron.
+//! The server's shared state: what every connection, command and background task
+//! reaches through one `Arc<Server>`.
+//!
+//! It knows nothing of sockets or tasks, so command families can depend on it
+//! without depending on the connection loop; serving ([`crate::listen`]) and the
+//! background loop ([`crate::cron`]) are built on it, not in it.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::cmd::registry;
 use crate::config::Config;
 use crate::db::evict::{Evictor, Policy};
-use crate::db::{expire, Db, View};
+use crate::db::{Db, View};
 use crate::error::CmdError;
 use crate::session::Clients;
 use crate::stats::{CommandStats, Stats};
@@ -27,7 +28,7 @@ pub struct Server {
     pub cmdstats: Vec<CommandStats>,
     pub clients: Clients,
     pub evictor: Evictor,
-    /// Cancelled to shut down: by the caller of [`run`], or by SHUTDOWN.
+    /// Cancelled to shut down: by the caller of [`crate::run`], or by SHUTDOWN.
     pub shutdown: CancellationToken,
     pub started: Instant,
     pub run_id: String,
@@ -112,103 +113,5 @@ impl Server {
         if v.expired > 0 {
             self.stats.expired_keys.add(v.expired);
         }
-    }
-}
-
-/// Serves `listeners` (one per bound address) until `shutdown` is cancelled (or a
-/// client sends SHUTDOWN), then stops accepting, tells every connection to finish,
-/// and waits for them.
-pub async fn run(
-    listeners: Vec<TcpListener>,
-    config: Config,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    let first = listeners
-        .first()
-        .ok_or_else(|| anyhow::anyhow!("no address to listen on"))?;
-    let local_addr = first.local_addr()?;
-    let server = Arc::new(Server::new(config, local_addr, shutdown.clone()));
-    for l in &listeners {
-        tracing::info!(local_addr = %l.local_addr()?, "relcache ready to accept connections");
-    }
-
-    let cron = {
-        let server = server.clone();
-        std::thread::Builder::new()
-            .name("relcache-cron".into())
-            .spawn(move || cron(&server))?
-    };
-
-    let tracker = TaskTracker::new();
-    let accepting: Vec<_> = listeners
-        .into_iter()
-        .map(|l| tokio::spawn(accept_loop(l, server.clone(), tracker.clone())))
-        .collect();
-    for a in accepting {
-        let _ = a.await;
-    }
-    tracing::info!("shutting down: closing connections");
-    tracker.close();
-    tracker.wait().await;
-    let _ = tokio::task::spawn_blocking(move || cron.join()).await;
-    tracing::info!("relcache is now ready to exit, bye bye");
-    Ok(())
-}
-
-/// Accepts connections on one listener until shutdown, handing each to its own task.
-async fn accept_loop(listener: TcpListener, server: Arc<Server>, tracker: TaskTracker) {
-    let local_addr = listener.local_addr().unwrap_or(server.local_addr);
-    let shutdown = server.shutdown.clone();
-    loop {
-        let accepted = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            r = listener.accept() => r,
-        };
-        let (mut stream, addr) = match accepted {
-            Ok(s) => s,
-            Err(e) => {
-                // EMFILE and friends: back off instead of spinning on accept.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        server.stats.total_connections_received.incr();
-        let max = server.config.maxclients.load(Relaxed) as usize;
-        match server.clients.register(addr, local_addr, &shutdown, max) {
-            Some(info) => {
-                tracker.spawn(crate::conn::serve(server.clone(), stream, info));
-            }
-            None => {
-                server.stats.rejected_connections.incr();
-                tracker.spawn(async move {
-                    let _ = stream
-                        .write_all(b"-ERR max number of clients reached\r\n")
-                        .await;
-                    let _ = stream.shutdown().await;
-                });
-            }
-        }
-    }
-}
-
-/// The background loop: active expiry, forgetting lapsed leases, `hz` times a second, on its own thread so a
-/// sweep never occupies a runtime worker that serves clients.
-fn cron(server: &Server) {
-    while !server.shutdown.is_cancelled() {
-        let hz = server.config.hz.load(Relaxed).clamp(1, 500);
-        let period = Duration::from_millis(1000 / hz);
-        if let Some(used) = crate::alloc::allocated() {
-            crate::alloc::note_peak(used as u64);
-        }
-        // Redis gives the slow expiry cycle 25% of a cron period.
-        let removed = expire::active_expire_cycle(&server.db, period / 4);
-        if removed > 0 {
-            server.stats.expired_keys.add(removed);
-        }
-        let lapsed = server.db.sweep_leases();
-        server.stats.lease_lapses.add(lapsed as u64);
-        std::thread::sleep(period);
     }
 }

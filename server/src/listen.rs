@@ -1,0 +1,93 @@
+//! Serving: one accept loop per bound address, a task per connection, and an
+//! orderly shutdown that stops accepting, tells every connection to finish and
+//! waits for them (mini-redis's shape, with tokio-util's `TaskTracker`).
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::Config;
+use crate::server::Server;
+
+/// Serves `listeners` (one per bound address) until `shutdown` is cancelled (or a
+/// client sends SHUTDOWN), then stops accepting, tells every connection to finish,
+/// and waits for them.
+pub async fn run(
+    listeners: Vec<TcpListener>,
+    config: Config,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let first = listeners
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("no address to listen on"))?;
+    let local_addr = first.local_addr()?;
+    let server = Arc::new(Server::new(config, local_addr, shutdown.clone()));
+    for l in &listeners {
+        tracing::info!(local_addr = %l.local_addr()?, "relcache ready to accept connections");
+    }
+
+    let cron = {
+        let server = server.clone();
+        std::thread::Builder::new()
+            .name("relcache-cron".into())
+            .spawn(move || crate::cron::run(&server))?
+    };
+
+    let tracker = TaskTracker::new();
+    let accepting: Vec<_> = listeners
+        .into_iter()
+        .map(|l| tokio::spawn(accept_loop(l, server.clone(), tracker.clone())))
+        .collect();
+    for a in accepting {
+        let _ = a.await;
+    }
+    tracing::info!("shutting down: closing connections");
+    tracker.close();
+    tracker.wait().await;
+    let _ = tokio::task::spawn_blocking(move || cron.join()).await;
+    tracing::info!("relcache is now ready to exit, bye bye");
+    Ok(())
+}
+
+/// Accepts connections on one listener until shutdown, handing each to its own task.
+async fn accept_loop(listener: TcpListener, server: Arc<Server>, tracker: TaskTracker) {
+    let local_addr = listener.local_addr().unwrap_or(server.local_addr);
+    let shutdown = server.shutdown.clone();
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = listener.accept() => r,
+        };
+        let (mut stream, addr) = match accepted {
+            Ok(s) => s,
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning on accept.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        server.stats.total_connections_received.incr();
+        let max = server.config.maxclients.load(Relaxed) as usize;
+        match server.clients.register(addr, local_addr, &shutdown, max) {
+            Some(info) => {
+                tracker.spawn(crate::conn::serve(server.clone(), stream, info));
+            }
+            None => {
+                server.stats.rejected_connections.incr();
+                tracker.spawn(async move {
+                    let _ = stream
+                        .write_all(b"-ERR max number of clients reached\r\n")
+                        .await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        }
+    }
+}
