@@ -12,8 +12,9 @@
 //! Everything about being blocked lives here: the wait, the parked command, the
 //! `blocked_clients` count and CLIENT LIST's `b` flag, and CLIENT UNBLOCK's request,
 //! which crosses from another connection through the [`ClientInfo`] registry entry.
-//! The connection loop only asks when a parked command is due and waits on its
-//! signals.
+//! The connection loop only runs a due command again and waits on the signals. This
+//! module depends on no command code (commands depend on its [`Wait`]), so the
+//! command families and the connection loop form no cycle.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
@@ -21,7 +22,6 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use relcache_protocol::resp::Frame;
 
-use crate::cmd::{self, Flow};
 use crate::server::Server;
 use crate::session::{ClientInfo, Session};
 
@@ -69,25 +69,29 @@ pub fn park(server: &Server, info: &ClientInfo, args: &mut Vec<Bytes>, wait: Wai
     }
 }
 
-/// Runs a due parked command again, appending its reply to `out` if it answers.
-/// Returns it parked again if it still has to wait.
-pub fn resume(
+/// Takes a due parked command to run again: its arguments, and the deadline it was
+/// first parked with (so that waking up never extends its wait).
+pub fn take_due(parked: &mut Option<Parked>) -> Option<(Vec<Bytes>, Instant)> {
+    let p = parked.take_if(|p| p.due())?;
+    Some((p.args, p.wait.deadline))
+}
+
+/// Records how a re-run parked command went: parked again with a new `wait`, or
+/// answered (`None`).
+pub fn rerun_ended(
     server: &Server,
-    session: &mut Session,
-    parked: Parked,
-    out: &mut BytesMut,
+    info: &ClientInfo,
+    args: Vec<Bytes>,
+    wait: Option<Wait>,
 ) -> Option<Parked> {
-    let Parked { args, wait, .. } = parked;
-    match cmd::dispatch(server, session, &args, out, Some(wait.deadline)) {
-        Flow::Park(wait) => Some(Parked {
+    match wait {
+        Some(wait) => Some(Parked {
             args,
             wait,
             woken: false,
         }),
-        // A re-run lease command never closes; if it did, the next request's
-        // dispatch would see the session as it is.
-        Flow::Continue | Flow::Close => {
-            set_blocked(server, &session.info, false);
+        None => {
+            set_blocked(server, info, false);
             None
         }
     }

@@ -90,8 +90,13 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
     loop {
         // 1. Run the parked command again if it was woken or its time is up, then
         // every complete request in the buffer.
-        if let Some(p) = parked.take_if(|p| p.due()) {
-            parked = blocking::resume(server, session, p, &mut wbuf);
+        if let Some((args, deadline)) = blocking::take_due(&mut parked) {
+            let wait = match cmd::dispatch(server, session, &args, &mut wbuf, Some(deadline)) {
+                Flow::Park(wait) => Some(wait),
+                // A lease command run again never asks to close.
+                Flow::Continue | Flow::Close => None,
+            };
+            parked = blocking::rerun_ended(server, &info, args, wait);
         }
         decoder.set_limits(limits(server));
         while !closing && parked.is_none() {
