@@ -421,7 +421,7 @@ fn command_docs(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 fn keys_of(target: &[Bytes]) -> Result<(&'static CommandSpec, Vec<usize>), CmdError> {
     let reg = registry();
     let invalid = || CmdError::err("Invalid command specified");
-    let (_, mut spec) = reg.get(&target[0]).ok_or_else(invalid)?;
+    let (_, mut spec) = reg.command(&target[0]).ok_or_else(invalid)?;
     if !spec.subcommands.is_empty() && target.len() >= 2 {
         spec = reg.sub(spec, &target[1]).ok_or_else(invalid)?.1;
     }

@@ -94,6 +94,12 @@ impl Registry {
         self.by_name.get(name).copied()
     }
 
+    /// Looks up the command a request names in its first argument: a top-level
+    /// command only, so `CONFIG|GET` sent as a name is unknown, as in Redis.
+    pub fn command(&self, name: &[u8]) -> Option<(usize, &'static CommandSpec)> {
+        self.get(name).filter(|(_, spec)| !spec.name.contains('|'))
+    }
+
     /// The subcommand of `parent` named `sub`.
     pub fn sub(&self, parent: &CommandSpec, sub: &[u8]) -> Option<(usize, &'static CommandSpec)> {
         let mut full = Vec::with_capacity(parent.name.len() + 1 + sub.len());
@@ -376,7 +382,7 @@ fn execute(
 
 /// Finds the command (and subcommand) for `args` and checks its arity.
 fn resolve(reg: &Registry, args: &[Bytes]) -> Result<(usize, &'static CommandSpec), CmdError> {
-    let Some((mut id, mut spec)) = reg.get(&args[0]) else {
+    let Some((mut id, mut spec)) = reg.command(&args[0]) else {
         return Err(unknown_command(args));
     };
     // A container called bare runs its own handler when its arity allows that
@@ -571,6 +577,9 @@ mod tests {
         let (_, sub) = r.sub(client, b"SETNAME").unwrap();
         assert_eq!(sub.name, "client|setname");
         assert!(r.get(&[b'x'; 100]).is_none());
+        // By its full name for COMMAND INFO, but never as a request's command.
+        assert!(r.get(b"config|get").is_some());
+        assert!(r.command(b"config|get").is_none());
     }
 
     #[test]

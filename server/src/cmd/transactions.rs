@@ -104,7 +104,10 @@ pub(super) fn incoming(multi: &Multi) -> Option<usize> {
     let mut adding = multi
         .queued
         .iter()
-        .filter(|a| reg.get(&a[0]).is_some_and(|(_, s)| s.has(spec::DENYOOM)))
+        .filter(|a| {
+            reg.command(&a[0])
+                .is_some_and(|(_, s)| s.has(spec::DENYOOM))
+        })
         .peekable();
     adding.peek()?;
     Some(adding.flat_map(|a| a.iter()).map(|a| a.len()).sum())
