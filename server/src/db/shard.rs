@@ -124,13 +124,19 @@ impl ShardMap {
     }
 
     /// Removes every key. Returns how many there were.
+    ///
+    /// Only watchers of keys that were there are told, as in Redis 7: a flush
+    /// changes nothing for a watched key that did not exist, so it must not abort
+    /// that client's transaction.
     pub fn clear(&mut self) -> usize {
         let n = self.map.len();
+        for (key, flags) in &self.watched {
+            if self.map.contains_key(&key[..]) {
+                flags.iter().for_each(|f| f.store(true, Relaxed));
+            }
+        }
         self.map = IndexMap::default();
         self.volatile = IndexSet::default();
-        for flags in self.watched.values() {
-            flags.iter().for_each(|f| f.store(true, Relaxed));
-        }
         n
     }
 
@@ -231,5 +237,17 @@ mod tests {
         m.unwatch(b"k", &flag);
         m.remove(b"k");
         assert!(!flag.load(Relaxed));
+    }
+
+    #[test]
+    fn a_flush_flags_watchers_of_keys_that_were_there_only() {
+        let mut m = ShardMap::default();
+        let (there, missing): (WatchFlag, WatchFlag) = (Arc::default(), Arc::default());
+        m.insert(b"k", s("x"), 0, 0);
+        m.watch(b"k", &there);
+        m.watch(b"nokey", &missing);
+        assert_eq!(m.clear(), 1);
+        assert!(there.load(Relaxed));
+        assert!(!missing.load(Relaxed));
     }
 }
