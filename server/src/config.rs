@@ -81,9 +81,11 @@ impl Default for Config {
             timeout: AtomicU64::new(0),
             proto_max_bulk_len: AtomicU64::new(512 * 1024 * 1024),
             client_query_buffer_limit: AtomicU64::new(1024 * 1024 * 1024),
-            // Redis leaves normal clients unlimited; a cache server protects itself
-            // from clients that pipeline without reading, so the default is finite.
-            output_hard: AtomicU64::new(256 * 1024 * 1024),
+            // No hard limit, as Redis: a client reading a 300 MB reply must get it.
+            // The soft limit is relcache's own default: past it a client is held
+            // back (no new requests are read) and cut off only if it takes none of
+            // its output for `soft_seconds` (see `conn::output_over_limit`).
+            output_hard: AtomicU64::new(0),
             output_soft: AtomicU64::new(64 * 1024 * 1024),
             output_soft_seconds: AtomicU64::new(60),
             hz: AtomicU64::new(10),

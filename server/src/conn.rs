@@ -99,7 +99,8 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
             parked = blocking::rerun_ended(server, &info, args, wait);
         }
         decoder.set_limits(limits(server));
-        while !closing && parked.is_none() {
+        let soft_limit = config.output_limit().soft;
+        while !closing && parked.is_none() && !held_back(soft_limit, &wbuf) {
             match decoder.decode(&mut rbuf, &mut args) {
                 Ok(true) => {
                     let size: usize = args.iter().map(|a| a.len()).sum();
@@ -118,8 +119,9 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                     }
                     args.clear();
                     if wbuf.len() >= EAGER_FLUSH {
-                        if let Err(e) = try_write(server, stream, &mut wbuf) {
-                            return Closed::Io(e);
+                        match try_write(server, stream, &mut wbuf) {
+                            Ok(n) => took_output(n, &mut over_soft_since),
+                            Err(e) => return Closed::Io(e),
                         }
                     }
                     if let Some(why) = output_over_limit(server, &wbuf, &mut over_soft_since) {
@@ -139,8 +141,9 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
 
         // 2. One write for the whole batch.
         if !wbuf.is_empty() {
-            if let Err(e) = try_write(server, stream, &mut wbuf) {
-                return Closed::Io(e);
+            match try_write(server, stream, &mut wbuf) {
+                Ok(n) => took_output(n, &mut over_soft_since),
+                Err(e) => return Closed::Io(e),
             }
             last_interaction = Instant::now();
         }
@@ -167,7 +170,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
             .into_iter()
             .flatten()
             .min();
-        let want_read = !closing;
+        let want_read = !closing && !held_back(soft_limit, &wbuf);
         let want_write = !wbuf.is_empty();
         tokio::select! {
             biased;
@@ -267,26 +270,51 @@ fn try_read(server: &Server, stream: &TcpStream, rbuf: &mut BytesMut) -> io::Res
     Ok(n)
 }
 
-/// Writes as much of `wbuf` as the socket takes now.
-fn try_write(server: &Server, stream: &TcpStream, wbuf: &mut BytesMut) -> io::Result<()> {
+/// Writes as much of `wbuf` as the socket takes now; returns how much that was.
+fn try_write(server: &Server, stream: &TcpStream, wbuf: &mut BytesMut) -> io::Result<usize> {
+    let mut written = 0;
     while !wbuf.is_empty() {
         match stream.try_write(wbuf) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => {
-                server.stats.total_net_output_bytes.add(n as u64);
+                written += n;
                 wbuf.advance(n);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) => return Err(e),
         }
     }
+    server.stats.total_net_output_bytes.add(written as u64);
     if wbuf.is_empty() && wbuf.capacity() > SHRINK_ABOVE {
         *wbuf = BytesMut::with_capacity(READ_CHUNK);
     }
-    Ok(())
+    Ok(written)
 }
 
-/// Checks the pending output against `client-output-buffer-limit`.
+/// Whether to stop taking requests from this client until its pending output is
+/// back under the soft `client-output-buffer-limit`: a client that sends faster
+/// than it reads is slowed down by TCP instead of growing its buffer here. A
+/// client reading one large reply (a 300 MB GET) is never held back mid-reply:
+/// the check comes between requests.
+fn held_back(soft_limit: u64, wbuf: &BytesMut) -> bool {
+    soft_limit > 0 && wbuf.len() as u64 > soft_limit
+}
+
+/// The client took `written` bytes of its output: it is reading, so the soft
+/// limit's clock starts again. The soft limit catches clients that stop reading,
+/// not clients that read a large answer slowly.
+fn took_output(written: usize, over_soft_since: &mut Option<Instant>) {
+    if written > 0 {
+        if let Some(since) = over_soft_since {
+            *since = Instant::now();
+        }
+    }
+}
+
+/// Checks the pending output against `client-output-buffer-limit`: past the hard
+/// limit at once, as Redis; over the soft limit for `soft_seconds` *without
+/// reading any of it* (Redis counts the time even while the client reads, which
+/// cuts off a client reading one large reply).
 fn output_over_limit(
     server: &Server,
     wbuf: &BytesMut,

@@ -1,0 +1,199 @@
+//! Where real clients and the upstream Redis suite tripped (issue 13): answers that
+//! must be Redis's, and output buffer limits that must cut off clients that stop
+//! reading, never clients that read a large answer.
+
+mod harness;
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use harness::{info_stat, read_line, read_n, resp_cmd, roundtrip, Raw, TestServer};
+
+/// A negative multibulk count is an empty request to Redis: skipped, and the
+/// connection stays up (the upstream suite's `*-10` case).
+#[test]
+fn negative_multibulk_counts_are_skipped() {
+    let s = TestServer::start();
+    let mut c = s.raw();
+    roundtrip(&mut c, b"*-10\r\n*-1\r\n*1\r\n$4\r\nPING\r\n", b"+PONG\r\n");
+    roundtrip(&mut c, b"*1\r\n$4\r\nPING\r\n", b"+PONG\r\n");
+}
+
+/// `CONFIG|GET` names a subcommand for COMMAND INFO, but as a request's command it
+/// is unknown (Redis looks the first argument up among top-level commands only).
+#[test]
+fn a_subcommand_name_is_not_a_command() {
+    let s = TestServer::start();
+    let mut c = Raw::new(&s);
+    c.expect_err(
+        &["CONFIG|GET", "maxmemory"],
+        "ERR unknown command 'CONFIG|GET', with args beginning with: 'maxmemory' ",
+    );
+    c.expect_err(
+        &["client|id"],
+        "ERR unknown command 'client|id', with args beginning with: ",
+    );
+    c.expect(&["PING"], b"+PONG\r\n");
+}
+
+/// FLUSHALL and FLUSHDB abort a transaction only if one of its watched keys was
+/// there to be flushed, as in Redis 7.
+#[test]
+fn a_flush_aborts_only_transactions_whose_watched_keys_existed() {
+    let s = TestServer::start();
+    for flush in ["FLUSHALL", "FLUSHDB"] {
+        let mut other = s.conn();
+        // A watched key that never existed: the flush changed nothing for it.
+        let mut c = Raw::new(&s);
+        c.expect(&["WATCH", "nokey"], b"+OK\r\n");
+        let () = redis::cmd(flush).query(&mut other).unwrap();
+        c.expect(&["MULTI"], b"+OK\r\n");
+        c.expect(&["SET", "x", "1"], b"+QUEUED\r\n");
+        c.expect(&["EXEC"], b"*1\r\n+OK\r\n");
+
+        // A watched key that was there: the flush deleted it.
+        let () = redis::cmd("SET")
+            .arg("k")
+            .arg("v")
+            .query(&mut other)
+            .unwrap();
+        c.expect(&["WATCH", "k"], b"+OK\r\n");
+        let () = redis::cmd(flush).query(&mut other).unwrap();
+        c.expect(&["MULTI"], b"+OK\r\n");
+        c.expect(&["SET", "x", "2"], b"+QUEUED\r\n");
+        c.expect(&["EXEC"], b"*-1\r\n");
+    }
+}
+
+/// Stores `len` bytes of `b'v'` at `key` over a raw connection.
+fn set_big(s: &TestServer, key: &str, len: usize) {
+    let mut c = s.raw();
+    let mut req = format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${len}\r\n", key.len()).into_bytes();
+    req.resize(req.len() + len, b'v');
+    req.extend_from_slice(b"\r\n");
+    c.write_all(&req).unwrap();
+    assert_eq!(read_n(&mut c, 5), b"+OK\r\n");
+}
+
+/// Reads one bulk reply of `len` bytes of `b'v'` without holding it whole.
+fn read_big_bulk(c: &mut std::net::TcpStream, len: usize) {
+    assert_eq!(read_line(c), format!("${len}\r\n").into_bytes());
+    let mut left = len + 2;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut last = Vec::new();
+    while left > 0 {
+        let n = c.read(&mut buf[..left.min(1 << 20)]).unwrap();
+        assert!(n > 0, "EOF with {left} bytes of the reply left");
+        left -= n;
+        last = buf[..n].to_vec();
+    }
+    assert!(last.ends_with(b"\r\n"));
+}
+
+/// A 300 MB value that SET accepted is served by GET with the default limits (the
+/// old default cut the client off at 256 MB every time).
+#[test]
+fn a_300mb_get_is_served_with_the_default_limits() {
+    const LEN: usize = 300 << 20;
+    let s = TestServer::start();
+    set_big(&s, "huge", LEN);
+    let mut c = s.raw();
+    c.write_all(&resp_cmd(&[b"GET", b"huge"])).unwrap();
+    read_big_bulk(&mut c, LEN);
+    roundtrip(&mut c, b"*1\r\n$4\r\nPING\r\n", b"+PONG\r\n");
+}
+
+/// 8,000 pipelined GETs of 40 KB (320 MB of replies), written at once and read
+/// afterwards as redis-py's pipeline does, and written while reading as ioredis's
+/// auto-pipelining does: every reply arrives.
+#[test]
+fn a_deep_pipeline_of_large_gets_is_served_with_the_default_limits() {
+    const VALUE: usize = 40 << 10;
+    const DEPTH: usize = 8_000;
+    let s = TestServer::start();
+    set_big(&s, "v40k", VALUE);
+    let requests = resp_cmd(&[b"GET", b"v40k"]).repeat(DEPTH);
+
+    // Write everything, then read everything.
+    let mut c = s.raw();
+    c.write_all(&requests).unwrap();
+    for _ in 0..DEPTH {
+        read_big_bulk(&mut c, VALUE);
+    }
+
+    // Write and read at once.
+    let mut c = s.raw();
+    let mut w = c.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        for chunk in requests.chunks(4096) {
+            w.write_all(chunk).unwrap();
+        }
+    });
+    for _ in 0..DEPTH {
+        read_big_bulk(&mut c, VALUE);
+    }
+    writer.join().unwrap();
+    roundtrip(&mut c, b"*1\r\n$4\r\nPING\r\n", b"+PONG\r\n");
+}
+
+/// A client that sends and never reads is held back at the soft limit (its
+/// requests are no longer read, so its buffer stops growing) and disconnected once
+/// it has taken nothing for `soft_seconds`; the reason is counted in INFO, and
+/// everyone else is served throughout.
+#[test]
+fn a_client_that_never_reads_is_held_back_then_disconnected() {
+    let s = TestServer::start();
+    let mut admin = s.conn();
+    // The default soft limit in bytes; a shorter wait than the default 60 s.
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("client-output-buffer-limit")
+        .arg("normal 0 64mb 2")
+        .query(&mut admin)
+        .unwrap();
+    set_big(&s, "big", 100 << 10);
+    let before: u64 = info_stat(&mut admin, "memory", "used_memory");
+
+    let victim = s.raw();
+    let mut w = victim.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        w.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
+        // 20,000 GETs of 100 KB: 2 GB of replies it will never read. The write
+        // blocks once the server stops reading; the disconnect ends it.
+        let _ = w.write_all(&resp_cmd(&[b"GET", b"big"]).repeat(20_000));
+    });
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut peak = before;
+    loop {
+        let used: u64 = info_stat(&mut admin, "memory", "used_memory");
+        peak = peak.max(used);
+        let cut: u64 = info_stat(
+            &mut admin,
+            "stats",
+            "client_output_buffer_limit_disconnections",
+        );
+        if cut >= 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the client was never disconnected"
+        );
+        let v: String = redis::cmd("GET").arg("big").query(&mut admin).unwrap();
+        assert_eq!(v.len(), 100 << 10);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    writer.join().unwrap();
+    // Held back: its pending output never grew far past the 64 MB soft limit
+    // (one batch of replies beyond it at most), although it asked for 2 GB.
+    assert!(
+        peak - before < 160 << 20,
+        "used_memory grew by {} MB",
+        (peak - before) >> 20
+    );
+    assert!(
+        s.log().contains("output buffer limits"),
+        "the reason is in the log"
+    );
+}
