@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests drive (the real
-# redis-cli and redis-benchmark, and MariaDB for the relation tier's tests, which start
+# redis-cli, redis-benchmark and redis-server, and MariaDB for the relation tier's tests, which start
 # their own servers), then runs formatting and lint checks and every test in the
 # workspace. CI runs exactly this (.ci/run).
 set -euo pipefail
@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 need=()
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v redis-benchmark >/dev/null 2>&1 || need+=(redis-tools)
+# Tests that compare relcache's replies with Redis's start a real redis-server.
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 # The relation tier's tests start their own MariaDB (tests/harness/mariadb.rs).
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
 if [ ${#need[@]} -gt 0 ]; then
@@ -21,8 +23,8 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null ||
     echo "== apt-get install reported an error; checking the binaries the tests need"
 fi
-for tool in redis-cli redis-benchmark; do
-  command -v "$tool" >/dev/null 2>&1 || { echo "missing $tool (apt-get install redis-tools)"; exit 1; }
+for tool in redis-cli redis-benchmark redis-server; do
+  command -v "$tool" >/dev/null 2>&1 || { echo "missing $tool (apt-get install redis-tools redis-server)"; exit 1; }
 done
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] ||
   { echo "missing mariadbd (apt-get install mariadb-server)"; exit 1; }

@@ -7,7 +7,9 @@ mod harness;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
+use harness::real_redis::RedisServer;
 use harness::{info_stat, read_line, read_n, resp_cmd, roundtrip, Raw, TestServer};
+use relcache_protocol::resp::{parse_frame, Frame, Limits};
 
 /// A negative multibulk count is an empty request to Redis: skipped, and the
 /// connection stays up (the upstream suite's `*-10` case).
@@ -196,4 +198,96 @@ fn a_client_that_never_reads_is_held_back_then_disconnected() {
         s.log().contains("output buffer limits"),
         "the reason is in the log"
     );
+}
+
+/// Sends one request over RESP3 and returns its reply.
+fn call3(s: &mut std::net::TcpStream, args: &[&str]) -> Frame {
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    s.write_all(&resp_cmd(&args)).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        if let Some((frame, _)) = parse_frame(&buf, &Limits::default()).unwrap() {
+            return frame;
+        }
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "connection closed");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// What COMMAND DOCS says of a command's arguments, without the prose fields
+/// (`since`, `summary`, `display_text`, `deprecated_since`) relcache leaves out;
+/// sets in a canonical order.
+fn argument_tree(frame: &Frame) -> Frame {
+    match frame {
+        Frame::Map(fields) => Frame::Map(
+            fields
+                .iter()
+                .filter(|(k, _)| {
+                    !matches!(k, Frame::Bulk(k) | Frame::Simple(k)
+                        if [&b"since"[..], b"summary", b"display_text", b"deprecated_since"].contains(&&k[..]))
+                })
+                .map(|(k, v)| (k.clone(), argument_tree(v)))
+                .collect(),
+        ),
+        Frame::Array(items) => Frame::Array(items.iter().map(argument_tree).collect()),
+        Frame::Set(items) => {
+            let mut items: Vec<Frame> = items.iter().map(argument_tree).collect();
+            items.sort_by_key(|f| format!("{f:?}"));
+            Frame::Set(items)
+        }
+        other => other.clone(),
+    }
+}
+
+/// The `arguments` of `name` in a COMMAND DOCS reply (`Null` when there are none).
+fn arguments_in(docs: &Frame, name: &str) -> Frame {
+    let Frame::Map(entries) = docs else {
+        panic!("COMMAND DOCS {name}: {docs:?}")
+    };
+    let Some((_, Frame::Map(fields))) = entries.first() else {
+        panic!("COMMAND DOCS {name}: {docs:?}")
+    };
+    fields
+        .iter()
+        .find(|(k, _)| matches!(k, Frame::Bulk(k) if &k[..] == b"arguments"))
+        .map_or(Frame::Null, |(_, v)| argument_tree(v))
+}
+
+/// COMMAND DOCS describes every command's arguments as a real redis-server does,
+/// for every command the two share (what redis-cli builds its hints from).
+#[test]
+fn command_docs_arguments_match_redis() {
+    let s = TestServer::start();
+    let redis = RedisServer::start();
+    let mut ours = s.raw();
+    let mut theirs = redis.raw();
+    call3(&mut ours, &["HELLO", "3"]);
+    call3(&mut theirs, &["HELLO", "3"]);
+    let Frame::Array(names) = call3(&mut ours, &["COMMAND", "LIST"]) else {
+        panic!("COMMAND LIST")
+    };
+    let mut compared = 0;
+    for name in names {
+        let Frame::Bulk(name) = name else {
+            panic!("COMMAND LIST entry {name:?}")
+        };
+        let name = String::from_utf8(name.to_vec()).unwrap();
+        let reference = call3(&mut theirs, &["COMMAND", "DOCS", &name]);
+        if matches!(&reference, Frame::Map(e) if e.is_empty()) {
+            continue; // Redis 7.0 has no such command (IDSET.*, CLIENT SETINFO …)
+        }
+        let mine = call3(&mut ours, &["COMMAND", "DOCS", &name]);
+        assert_eq!(
+            arguments_in(&mine, &name),
+            arguments_in(&reference, &name),
+            "COMMAND DOCS {name}: arguments differ from redis-server's"
+        );
+        compared += 1;
+    }
+    assert!(compared > 100, "compared only {compared} commands");
+    // relcache's own commands are described too.
+    let load = call3(&mut ours, &["COMMAND", "DOCS", "idset.load"]);
+    assert_ne!(arguments_in(&load, "idset.load"), Frame::Null);
 }

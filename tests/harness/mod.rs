@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 pub mod mariadb;
 pub mod proxy;
+pub mod real_redis;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -7,9 +7,9 @@
 //! redis-cli builds its hints from them, so the reply shapes follow Redis 7
 //! (sets where Redis sends sets, a nil entry for an unknown name).
 //!
-//! What Redis has and this does not: per-argument docs (`arguments` is left out of
-//! COMMAND DOCS, which Redis allows), history, and modules (none exist, so
-//! `FILTERBY MODULE` matches nothing). Key-spec flags and command tips are not part
+//! What Redis has and this does not: per-argument summaries and `since` (the
+//! `arguments` trees come from [`super::docs`] without them, which Redis allows),
+//! history, and modules (none exist, so `FILTERBY MODULE` matches nothing). Key-spec flags and command tips are not part
 //! of the spec; the few tables below give Redis's values for the commands relcache
 //! has, and a default from the read/write flag for the rest.
 
@@ -333,6 +333,9 @@ fn docs_entry(spec: &CommandSpec) -> Frame {
     fields.push(("group", bulk(spec.group.name())));
     if !spec.complexity.is_empty() {
         fields.push(("complexity", bulk(spec.complexity)));
+    }
+    if let Some(arguments) = super::docs::arguments(spec.name) {
+        fields.push(("arguments", arguments));
     }
     if !spec.subcommands.is_empty() {
         let subs = spec

@@ -13,6 +13,7 @@
 pub mod spec;
 
 mod connection;
+mod docs;
 pub mod ids;
 mod idset;
 mod introspect;
