@@ -8,6 +8,8 @@
 use bytes::Bytes;
 use relcache_protocol::resp::Frame;
 
+use crate::db;
+
 /// Why a command failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CmdError {
@@ -55,6 +57,16 @@ impl CmdError {
         CmdError::UnknownSubcommand {
             cmd: cmd.to_ascii_uppercase(),
             sub: String::from_utf8_lossy(sub).into_owned(),
+        }
+    }
+}
+
+impl From<db::Error> for CmdError {
+    /// The wire text of each storage refusal.
+    fn from(e: db::Error) -> CmdError {
+        match e {
+            db::Error::WrongType => CmdError::WrongType,
+            db::Error::InvalidTable(_) | db::Error::TooLarge(_) => CmdError::err(e.to_string()),
         }
     }
 }

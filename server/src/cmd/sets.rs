@@ -25,7 +25,7 @@ use relcache_protocol::resp::Frame;
 use super::ids::{id_frame, parse_id, parse_ids};
 use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, parse_i64_opt, Ctx};
-use crate::db::{Change, IdSet, Order, Value, View};
+use crate::db::{self, Change, IdSet, Order, Value, View};
 use crate::error::{CmdError, CmdResult};
 use crate::offload::{offload, LARGE_TABLE};
 use crate::stats::Counter;
@@ -629,7 +629,7 @@ fn slot_value(table: &TableRef<'_>, slot: u64) -> u64 {
 
 /// The sets at `keys` in order, `None` for a missing key (an empty set to Redis).
 /// Every key is type-checked, even after a missing one, as Redis does.
-fn read_sets<'v>(v: &'v View<'_>, keys: &[Bytes]) -> Result<Vec<Option<TableRef<'v>>>, CmdError> {
+fn read_sets<'v>(v: &'v View<'_>, keys: &[Bytes]) -> Result<Vec<Option<TableRef<'v>>>, db::Error> {
     keys.iter()
         .map(|k| {
             v.get(k)

@@ -4,8 +4,7 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use bytes::Bytes;
 
-use super::IdSet;
-use crate::error::CmdError;
+use super::{Error, IdSet};
 
 /// A stored value. Each variant is one Redis type as `TYPE` reports it.
 #[derive(Debug, Clone)]
@@ -27,16 +26,16 @@ impl Value {
     }
 
     /// The string's bytes, or `WRONGTYPE`.
-    pub fn as_str(&self) -> Result<&Bytes, CmdError> {
+    pub fn as_str(&self) -> Result<&Bytes, Error> {
         match self {
             Value::Str(b) => Ok(b),
-            Value::IdSet(_) => Err(CmdError::WrongType),
+            Value::IdSet(_) => Err(Error::WrongType),
         }
     }
 
     /// What GET returns: a string's bytes, or an idset's table bytes (so a client
     /// can fetch a table and check membership locally); `WRONGTYPE` otherwise.
-    pub fn as_get_bytes(&self) -> Result<&Bytes, CmdError> {
+    pub fn as_get_bytes(&self) -> Result<&Bytes, Error> {
         match self {
             Value::Str(b) => Ok(b),
             Value::IdSet(s) => Ok(s.bytes()),
@@ -44,18 +43,18 @@ impl Value {
     }
 
     /// The idset, or `WRONGTYPE`.
-    pub fn as_idset(&self) -> Result<&IdSet, CmdError> {
+    pub fn as_idset(&self) -> Result<&IdSet, Error> {
         match self {
             Value::IdSet(s) => Ok(s),
-            _ => Err(CmdError::WrongType),
+            _ => Err(Error::WrongType),
         }
     }
 
     /// The idset for an update, or `WRONGTYPE`.
-    pub fn as_idset_mut(&mut self) -> Result<&mut IdSet, CmdError> {
+    pub fn as_idset_mut(&mut self) -> Result<&mut IdSet, Error> {
         match self {
             Value::IdSet(s) => Ok(s),
-            _ => Err(CmdError::WrongType),
+            _ => Err(Error::WrongType),
         }
     }
 
