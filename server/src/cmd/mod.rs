@@ -16,6 +16,7 @@ mod introspect;
 mod keys;
 mod lease;
 mod server;
+mod setcore;
 mod sets;
 mod strings;
 mod transactions;
