@@ -5,7 +5,7 @@
 //! Not a table: no header, no hashing, any order, repeats allowed. [`unpack`] is
 //! the one reader of the form; a writer appends `id.to_le_bytes()` per id.
 
-use std::slice::ChunksExact;
+use super::table::Words;
 
 /// Length in bytes of one packed id.
 pub const PACKED_ID_LEN: usize = 8;
@@ -36,21 +36,19 @@ pub fn unpack(bytes: &[u8]) -> Result<Packed<'_>, RaggedPacked> {
     if !bytes.len().is_multiple_of(PACKED_ID_LEN) {
         return Err(RaggedPacked { len: bytes.len() });
     }
-    Ok(Packed(bytes.chunks_exact(PACKED_ID_LEN)))
+    Ok(Packed(Words::new(bytes)))
 }
 
 /// Iterator over packed ids; see [`unpack`].
 #[derive(Clone, Debug)]
-pub struct Packed<'a>(ChunksExact<'a, u8>);
+pub struct Packed<'a>(Words<'a>);
 
 impl Iterator for Packed<'_> {
     type Item = u64;
 
     #[inline]
     fn next(&mut self) -> Option<u64> {
-        self.0
-            .next()
-            .map(|c| u64::from_le_bytes(c.try_into().expect("chunks of 8 bytes")))
+        self.0.next()
     }
 
     #[inline]

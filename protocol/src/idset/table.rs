@@ -50,28 +50,26 @@ pub(crate) fn read_slot(bytes: &[u8], i: u64) -> u64 {
     read_u64(bytes, slot_off(i))
 }
 
-/// The raw values of consecutive slots (ids and the [`EMPTY`] / [`DELETED`]
-/// markers), over the slot bytes of a table: the one place slots are decoded in
-/// bulk, for iteration and validation.
-#[derive(Clone)]
-pub(crate) struct SlotValues<'a>(ChunksExact<'a, u8>);
+/// Consecutive little-endian `u64` words: the raw values of a run of slots (ids
+/// and the [`EMPTY`] / [`DELETED`] markers), or packed ids. The one place words are
+/// decoded in bulk, for iteration, validation and [`unpack`](super::unpack).
+#[derive(Clone, Debug)]
+pub(crate) struct Words<'a>(ChunksExact<'a, u8>);
 
-impl<'a> SlotValues<'a> {
-    /// The values of the slots in `slots`, a run of whole slots.
+impl<'a> Words<'a> {
+    /// The words of `bytes`; a trailing part shorter than a word is ignored.
     #[inline]
-    pub(crate) fn new(slots: &'a [u8]) -> Self {
-        Self(slots.chunks_exact(SLOT_LEN))
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        Self(bytes.chunks_exact(SLOT_LEN))
     }
 }
 
-impl Iterator for SlotValues<'_> {
+impl Iterator for Words<'_> {
     type Item = u64;
 
     #[inline]
     fn next(&mut self) -> Option<u64> {
-        self.0
-            .next()
-            .map(|c| u64::from_le_bytes(c.try_into().expect("chunks of SLOT_LEN bytes")))
+        self.0.next().map(|word| read_u64(word, 0))
     }
 
     #[inline]
@@ -80,7 +78,7 @@ impl Iterator for SlotValues<'_> {
     }
 }
 
-impl ExactSizeIterator for SlotValues<'_> {}
+impl ExactSizeIterator for Words<'_> {}
 
 /// The id a slot value stands for: `None` for an empty or deleted slot.
 #[inline]
@@ -421,7 +419,7 @@ impl<'a> TableRef<'a> {
     pub fn slots(&self, from: u64) -> Slots<'a> {
         let first = from.min(u64::from(self.header.capacity));
         Slots {
-            values: SlotValues::new(&self.bytes[slot_off(first)..]),
+            values: Words::new(&self.bytes[slot_off(first)..]),
         }
     }
 
@@ -452,7 +450,7 @@ impl<'a> IntoIterator for &TableRef<'a> {
 /// Iterator over slots of a table; see [`TableRef::slots`].
 #[derive(Clone)]
 pub struct Slots<'a> {
-    values: SlotValues<'a>,
+    values: Words<'a>,
 }
 
 impl Iterator for Slots<'_> {
