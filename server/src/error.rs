@@ -73,3 +73,26 @@ impl From<db::Error> for CmdError {
 
 /// What every handler returns.
 pub type CmdResult = Result<Frame, CmdError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use relcache_protocol::idset::{FormatError, TooLarge};
+
+    #[test]
+    fn storage_errors_keep_their_wire_text() {
+        assert_eq!(CmdError::from(db::Error::WrongType), CmdError::WrongType);
+        assert_eq!(
+            CmdError::from(db::Error::InvalidTable(FormatError::BadMagic)).to_string(),
+            format!("ERR invalid idset table: {}", FormatError::BadMagic)
+        );
+        let too_large = TooLarge {
+            slots: 1 << 40,
+            needed: 1 << 41,
+        };
+        assert_eq!(
+            CmdError::from(db::Error::TooLarge(too_large)).to_string(),
+            format!("ERR {too_large}")
+        );
+    }
+}

@@ -17,6 +17,10 @@
 //! Unlike SREM, removing the last id keeps an empty set: an empty set is a cached
 //! answer ("follows nobody"), not a miss.
 //!
+//! The writes and the scan pager this family shares with the SET family (adds that
+//! grow a table outside the lock, the drop of a set a late change reached) are in
+//! [`super::setcore`]; what is here is the IDSET commands' own parsing and replies.
+//!
 //! # Sequenced changes
 //!
 //! Two writers that follow and unfollow the same user one after the other in MySQL

@@ -25,7 +25,7 @@ impl Value {
         }
     }
 
-    /// The string's bytes, or `WRONGTYPE`.
+    /// The string's bytes, or [`Error::WrongType`].
     pub fn as_str(&self) -> Result<&Bytes, Error> {
         match self {
             Value::Str(b) => Ok(b),
@@ -34,7 +34,8 @@ impl Value {
     }
 
     /// What GET returns: a string's bytes, or an idset's table bytes (so a client
-    /// can fetch a table and check membership locally); `WRONGTYPE` otherwise.
+    /// can fetch a table and check membership locally); [`Error::WrongType`] for any
+    /// other type (there is none yet).
     pub fn as_get_bytes(&self) -> Result<&Bytes, Error> {
         match self {
             Value::Str(b) => Ok(b),
@@ -42,7 +43,7 @@ impl Value {
         }
     }
 
-    /// The idset, or `WRONGTYPE`.
+    /// The idset, or [`Error::WrongType`].
     pub fn as_idset(&self) -> Result<&IdSet, Error> {
         match self {
             Value::IdSet(s) => Ok(s),
@@ -50,7 +51,7 @@ impl Value {
         }
     }
 
-    /// The idset for an update, or `WRONGTYPE`.
+    /// The idset for an update, or [`Error::WrongType`].
     pub fn as_idset_mut(&mut self) -> Result<&mut IdSet, Error> {
         match self {
             Value::IdSet(s) => Ok(s),

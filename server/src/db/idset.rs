@@ -9,8 +9,12 @@
 //! Growth: when an insert finds the table full (see the format's in-place limit),
 //! the table is rebuilt with room for the rest of the batch plus its current size,
 //! so a long run of adds costs amortized O(1) each. Callers that must not hold a
-//! shard lock during a rebuild use [`IdSet::plan_rebuild`] first (see the IDSET
-//! command family).
+//! shard lock during a rebuild use [`IdSet::plan_rebuild`] first (see `add` in
+//! `cmd/setcore.rs`, the write path both set families share).
+//!
+//! Sets from clients come in through [`IdSet::from_client`] (a table, validated
+//! here) and [`IdSet::with_reserve`] (ids); what they can refuse is a
+//! [`db::Error`](super::Error).
 
 use bytes::{Bytes, BytesMut};
 use relcache_protocol::idset::{rebuild, validate, Builder, TableMut, TableRef};
