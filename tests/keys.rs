@@ -308,7 +308,10 @@ fn scan_errors_match_redis() {
     let s = TestServer::start();
     let mut raw = Raw::new(&s);
     raw.expect_err(&["SCAN", "abc"], "ERR invalid cursor");
-    raw.expect_err(&["SCAN", "-1"], "ERR invalid cursor");
+    // Redis 7 reads "-1" as ULONG_MAX (strtoul), a cursor it never issued: the scan
+    // ends. (This asserted an error until SCAN took SSCAN's parser; see
+    // `cursors_follow_redis_7_for_scan_sscan_and_idset_scan`.)
+    raw.expect(&["SCAN", "-1"], b"*2\r\n$1\r\n0\r\n*0\r\n");
     raw.expect_err(&["SCAN", "1.5"], "ERR invalid cursor");
     raw.expect_err(&["SCAN", "18446744073709551616"], "ERR invalid cursor");
     raw.expect_err(&["SCAN", "0", "COUNT", "0"], "ERR syntax error");
@@ -322,6 +325,112 @@ fn scan_errors_match_redis() {
     raw.expect_err(&["SCAN", "0", "BOGUS", "1"], "ERR syntax error");
     // The cursor is checked before the options.
     raw.expect_err(&["SCAN", "x", "BOGUS"], "ERR invalid cursor");
+}
+
+/// The cursor rule SCAN, SSCAN and IDSET.SCAN share, pinned to what Redis 7.0.15's
+/// `parseScanCursorOrReply` (C's `strtoul`) answers — checked against a real
+/// `redis-server` for SCAN and SSCAN: leading whitespace, trailing garbage, a sign
+/// alone and overflow are refused; the empty string is 0; a minus sign wraps modulo
+/// 2^64, so "-1" is the largest cursor.
+#[test]
+fn cursors_follow_redis_7_for_scan_sscan_and_idset_scan() {
+    let s = TestServer::start();
+    let mut raw = Raw::new(&s);
+    raw.expect(&["SADD", "s", "1", "2", "3"], b":3\r\n");
+    raw.expect(&["IDSET.LOAD", "i", "IDS", "1", "2", "3"], b":3\r\n");
+    let refused = [
+        " 1",
+        "\t1",
+        " ",
+        "1 ",
+        "0 ",
+        "-",
+        "+",
+        "abc",
+        "1.5",
+        "18446744073709551616",
+        "-18446744073709551616",
+    ];
+    // Cursor 0 by another spelling: a first page.
+    let first_page = ["", "0", "+0", "-0", "000"];
+    // Cursors past any table and any shard: the scan ends, with nothing.
+    let past_the_end = ["-1", "18446744073709551615", "+18446744073709551615"];
+    let done = b"*2\r\n$1\r\n0\r\n*0\r\n";
+    for (cmd, key) in [
+        ("SCAN", None),
+        ("SSCAN", Some("s")),
+        ("IDSET.SCAN", Some("i")),
+    ] {
+        let call = |cursor| -> Vec<&str> { [cmd].into_iter().chain(key).chain([cursor]).collect() };
+        for cursor in refused {
+            raw.expect_err(&call(cursor), "ERR invalid cursor");
+        }
+        for cursor in first_page {
+            let Frame::Array(parts) = raw.frame(&call(cursor)) else {
+                panic!("{cmd} {cursor:?}: not an array");
+            };
+            let Frame::Array(items) = &parts[1] else {
+                panic!("{cmd} {cursor:?}: {parts:?}");
+            };
+            let mut got: Vec<String> = items
+                .iter()
+                .map(|f| match f {
+                    Frame::Bulk(b) => String::from_utf8(b.to_vec()).unwrap(),
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            got.sort();
+            let want = if key.is_some() {
+                vec!["1", "2", "3"]
+            } else {
+                vec!["i", "s"]
+            };
+            assert_eq!(got, want, "{cmd} {cursor:?}");
+        }
+        for cursor in past_the_end {
+            raw.expect(&call(cursor), done);
+        }
+        // "+1" and "-18446744073709551615" (which wraps to 1) are cursor 1, wherever
+        // the command's own encoding places it: a valid reply, no error.
+        for cursor in ["+1", "-18446744073709551615"] {
+            let reply = raw.frame(&call(cursor));
+            assert!(
+                matches!(reply, Frame::Array(_)),
+                "{cmd} {cursor:?}: {reply:?}"
+            );
+        }
+    }
+    // The cursor is read before the key: a bad one is refused even for a missing key.
+    raw.expect_err(&["SSCAN", "missing", " 0"], "ERR invalid cursor");
+    raw.expect_err(&["IDSET.SCAN", "missing", " 0"], "ERR invalid cursor");
+}
+
+/// An invented SCAN cursor decodes to a place (a shard and a position in it): the
+/// scan resumes there and ends, never loops.
+#[test]
+fn an_invented_scan_cursor_resumes_and_ends() {
+    let s = TestServer::start();
+    let mut con = s.conn();
+    let mut pipe = redis::pipe();
+    for i in 0..2000 {
+        pipe.cmd("SET").arg(format!("k{i}")).arg("v").ignore();
+    }
+    let () = pipe.query(&mut con).unwrap();
+    // Shard index in bits 55.., position below: every shard from 1 on, a shard with
+    // its position 0 (already finished), one past the last shard, and 2^63.
+    for start in [1u64 << 55, (3u64 << 55) | 1, 256u64 << 55, 1 << 63, 12345] {
+        let mut cursor = start.to_string();
+        let mut calls = 0;
+        loop {
+            let (next, _): (String, Vec<String>) = q(&mut con, &["SCAN", &cursor, "COUNT", "100"]);
+            calls += 1;
+            assert!(calls < 1000, "SCAN from {start} does not end");
+            if next == "0" {
+                break;
+            }
+            cursor = next;
+        }
+    }
 }
 
 #[test]

@@ -39,6 +39,27 @@ fn check_set(table: TableRef<'_>, model: Option<&HashSet<u64>>) {
     }
     let h = table.header();
     assert!(u64::from(h.count) + u64::from(h.deleted) < u64::from(h.capacity));
+    // Slot by slot: the slot ids are the members but the flag ids, in iteration order.
+    let cap = u64::from(h.capacity);
+    let by_slot: Vec<Option<u64>> = table.slots(0).collect();
+    assert_eq!(by_slot.len() as u64, cap);
+    for (i, &s) in by_slot.iter().enumerate() {
+        assert_eq!(table.slot(i as u64), s, "slot({i})");
+    }
+    assert_eq!(table.slot(cap), None);
+    assert_eq!(table.slot(u64::MAX), None);
+    let in_slots: Vec<u64> = by_slot.iter().flatten().copied().collect();
+    let want: Vec<u64> = members
+        .iter()
+        .copied()
+        .filter(|&id| id != 0 && id != u64::MAX)
+        .collect();
+    assert_eq!(in_slots, want);
+    for from in [1, cap / 2, cap, cap + 1, u64::MAX] {
+        let rest = &by_slot[from.min(cap) as usize..];
+        assert_eq!(table.slots(from).len(), rest.len(), "slots({from})");
+        assert!(table.slots(from).eq(rest.iter().copied()), "slots({from})");
+    }
     if let Some(model) = model {
         assert_eq!(&distinct, model);
         for id in [0, 1, 2, 47, u64::MAX, u64::MAX - 1, 0x1234_5678_9abc] {

@@ -8,6 +8,8 @@
 use bytes::Bytes;
 use relcache_protocol::resp::Frame;
 
+use crate::db;
+
 /// Why a command failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CmdError {
@@ -59,5 +61,38 @@ impl CmdError {
     }
 }
 
+impl From<db::Error> for CmdError {
+    /// The wire text of each storage refusal.
+    fn from(e: db::Error) -> CmdError {
+        match e {
+            db::Error::WrongType => CmdError::WrongType,
+            db::Error::InvalidTable(_) | db::Error::TooLarge(_) => CmdError::err(e.to_string()),
+        }
+    }
+}
+
 /// What every handler returns.
 pub type CmdResult = Result<Frame, CmdError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use relcache_protocol::idset::{FormatError, TooLarge};
+
+    #[test]
+    fn storage_errors_keep_their_wire_text() {
+        assert_eq!(CmdError::from(db::Error::WrongType), CmdError::WrongType);
+        assert_eq!(
+            CmdError::from(db::Error::InvalidTable(FormatError::BadMagic)).to_string(),
+            format!("ERR invalid idset table: {}", FormatError::BadMagic)
+        );
+        let too_large = TooLarge {
+            slots: 1 << 40,
+            needed: 1 << 41,
+        };
+        assert_eq!(
+            CmdError::from(db::Error::TooLarge(too_large)).to_string(),
+            format!("ERR {too_large}")
+        );
+    }
+}

@@ -55,8 +55,11 @@
 //!   message can go to a client as is. [`looks_like_table`] is the cheap magic check.
 //! - Bytes already validated (for example stored by the server after `validate`):
 //!   [`TableRef::open`] / [`TableMut::open`] check only the header, in O(1).
+//! - Read slot by slot (a cursor over slot positions): [`TableRef::slot`] and
+//!   [`TableRef::slots`].
 //! - Update in place: [`TableMut::insert`] / [`TableMut::remove`]; on [`Full`],
 //!   [`rebuild`] and retry.
+//! - Id lists that are not tables (packed little-endian `u64`s): [`unpack`].
 //!
 //! ```
 //! use relcache_protocol::idset::{rebuild, validate, Builder, TableMut};
@@ -82,14 +85,16 @@
 
 mod build;
 mod hash;
+mod packed;
 mod prime;
 mod table;
 mod validate;
 
 pub use build::{capacity_for, rebuild, Builder, TooLarge};
 pub use hash::{fastrange, hash, mix, start_and_step};
+pub use packed::{unpack, Packed, RaggedPacked, PACKED_ID_LEN};
 pub use prime::{is_prime, next_prime};
-pub use table::{Full, Header, Iter, TableMut, TableRef};
+pub use table::{Full, Header, Iter, Slots, TableMut, TableRef};
 pub use validate::{looks_like_table, validate, validate_mut, FormatError};
 
 /// The first six bytes of every table: `\x89RCIDS`.

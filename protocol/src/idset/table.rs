@@ -50,6 +50,42 @@ pub(crate) fn read_slot(bytes: &[u8], i: u64) -> u64 {
     read_u64(bytes, slot_off(i))
 }
 
+/// Consecutive little-endian `u64` words: the raw values of a run of slots (ids
+/// and the [`EMPTY`] / [`DELETED`] markers), or packed ids. The one place words are
+/// decoded in bulk, for iteration, validation and [`unpack`](super::unpack).
+#[derive(Clone, Debug)]
+pub(crate) struct Words<'a>(ChunksExact<'a, u8>);
+
+impl<'a> Words<'a> {
+    /// The words of `bytes`; a trailing part shorter than a word is ignored.
+    #[inline]
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        Self(bytes.chunks_exact(SLOT_LEN))
+    }
+}
+
+impl Iterator for Words<'_> {
+    type Item = u64;
+
+    #[inline]
+    fn next(&mut self) -> Option<u64> {
+        self.0.next().map(|word| read_u64(word, 0))
+    }
+
+    #[inline]
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.0.size_hint()
+    }
+}
+
+impl ExactSizeIterator for Words<'_> {}
+
+/// The id a slot value stands for: `None` for an empty or deleted slot.
+#[inline]
+fn slot_id(v: u64) -> Option<u64> {
+    (v != EMPTY && v != DELETED).then_some(v)
+}
+
 /// The probe sequence of `id`: at most `capacity` slot indices. Indices are `u64` so
 /// `slot + step` cannot overflow for any `u32` capacity.
 #[derive(Clone, Copy)]
@@ -360,7 +396,30 @@ impl<'a> TableRef<'a> {
         Iter {
             zero: self.header.flags & FLAG_HAS_ZERO != 0,
             max: self.header.flags & FLAG_HAS_MAX != 0,
-            slots: self.bytes[HEADER_LEN..].chunks_exact(SLOT_LEN),
+            slots: self.slots(0),
+        }
+    }
+
+    /// The id held in slot `i`: `None` if the slot is empty or deleted, or if `i` is
+    /// not below the capacity. The flag ids (0 and `u64::MAX`) are never in a slot.
+    #[inline]
+    #[must_use]
+    pub fn slot(&self, i: u64) -> Option<u64> {
+        if i >= u64::from(self.header.capacity) {
+            return None;
+        }
+        slot_id(read_slot(self.bytes, i))
+    }
+
+    /// The slots from slot `from` to the last, in order: for each, the id it holds
+    /// or `None` (empty or deleted). Empty if `from` is not below the capacity. This
+    /// is the walk a cursor over slot positions (SSCAN, IDSET.SCAN) makes; slots
+    /// never move while a table lives, so a position stays meaningful between calls.
+    #[must_use]
+    pub fn slots(&self, from: u64) -> Slots<'a> {
+        let first = from.min(u64::from(self.header.capacity));
+        Slots {
+            values: Words::new(&self.bytes[slot_off(first)..]),
         }
     }
 
@@ -388,12 +447,43 @@ impl<'a> IntoIterator for &TableRef<'a> {
     }
 }
 
+/// Iterator over slots of a table; see [`TableRef::slots`].
+#[derive(Clone)]
+pub struct Slots<'a> {
+    values: Words<'a>,
+}
+
+impl Iterator for Slots<'_> {
+    type Item = Option<u64>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Option<u64>> {
+        self.values.next().map(slot_id)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.values.size_hint()
+    }
+}
+
+impl ExactSizeIterator for Slots<'_> {}
+
+impl std::iter::FusedIterator for Slots<'_> {}
+
+impl fmt::Debug for Slots<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Slots")
+            .field("left", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
 /// Iterator over the members of a table; see [`TableRef::iter`].
 #[derive(Clone)]
 pub struct Iter<'a> {
     zero: bool,
     max: bool,
-    slots: ChunksExact<'a, u8>,
+    slots: Slots<'a>,
 }
 
 impl Iterator for Iter<'_> {
@@ -405,11 +495,8 @@ impl Iterator for Iter<'_> {
             self.zero = false;
             return Some(EMPTY);
         }
-        for chunk in self.slots.by_ref() {
-            let v = u64::from_le_bytes(chunk.try_into().unwrap());
-            if v != EMPTY && v != DELETED {
-                return Some(v);
-            }
+        if let Some(id) = self.slots.by_ref().flatten().next() {
+            return Some(id);
         }
         if self.max {
             self.max = false;

@@ -3,10 +3,8 @@
 //! sentence a client can be shown ([`FormatError`]'s `Display`).
 
 use super::prime::is_prime;
-use super::table::{read_slot, Probe, TableMut, TableRef};
-use super::{
-    DELETED, EMPTY, HEADER_LEN, MAGIC, MAX_CAPACITY, MIN_CAPACITY, PROBE_BUDGET_PER_SLOT, SLOT_LEN,
-};
+use super::table::{read_slot, Probe, TableMut, TableRef, Words};
+use super::{DELETED, EMPTY, HEADER_LEN, MAGIC, MAX_CAPACITY, MIN_CAPACITY, PROBE_BUDGET_PER_SLOT};
 
 /// Why bytes are not a valid table. The `Display` text is meant for clients.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -140,8 +138,7 @@ pub fn validate(bytes: &[u8]) -> Result<TableRef<'_>, FormatError> {
 
     // Branch-free counting: whether a slot is empty is a coin toss at typical loads.
     let (mut live, mut deleted) = (0u64, 0u64);
-    for slot in bytes[HEADER_LEN..].chunks_exact(SLOT_LEN) {
-        let v = u64::from_le_bytes(slot.try_into().unwrap());
+    for v in Words::new(&bytes[HEADER_LEN..]) {
         live += u64::from(v != EMPTY && v != DELETED);
         deleted += u64::from(v == DELETED);
     }

@@ -17,6 +17,10 @@
 //! Unlike SREM, removing the last id keeps an empty set: an empty set is a cached
 //! answer ("follows nobody"), not a miss.
 //!
+//! The writes and the scan pager this family shares with the SET family (adds that
+//! grow a table outside the lock, the drop of a set a late change reached) are in
+//! [`super::setcore`]; what is here is the IDSET commands' own parsing and replies.
+//!
 //! # Sequenced changes
 //!
 //! Two writers that follow and unfollow the same user one after the other in MySQL
@@ -34,11 +38,12 @@
 //! that is rare: it takes two writes to one user within a network delay.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use relcache_protocol::idset::{self, Builder, TableRef};
+use relcache_protocol::idset::{self, Packed, TableRef};
 use relcache_protocol::resp::Frame;
 
-use super::ids::{id_frame, parse_id, parse_ids};
+use super::ids::{id_frame, parse_cursor, parse_id, parse_ids};
 use super::lease::{self, LeaseOpts};
+use super::setcore::{self, scan_page, scan_reply, Applied, PageLimit, ScanOpts};
 use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, Ctx};
 use crate::db::{Change, IdSet, Value};
@@ -178,25 +183,9 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
     },
 ];
 
-/// Parses and validates a table sent by a client, returning an owned copy (the
-/// argument is a slice of the connection's read buffer, which must not be pinned).
-pub(super) fn table_from_client(blob: &[u8]) -> Result<IdSet, CmdError> {
-    idset::validate(blob).map_err(|e| CmdError::err(format!("invalid idset table: {e}")))?;
-    Ok(IdSet::from_valid(Bytes::copy_from_slice(blob)))
-}
-
-/// Packed little-endian u64s.
-fn unpack(blob: &[u8]) -> Result<Vec<u64>, CmdError> {
-    if !blob.len().is_multiple_of(8) {
-        return Err(CmdError::err(format!(
-            "packed ids must be a multiple of 8 bytes (little-endian u64s), got {} bytes",
-            blob.len()
-        )));
-    }
-    Ok(blob
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().expect("chunks of 8")))
-        .collect())
+/// Packed little-endian u64s (see [`idset::unpack`]).
+fn unpack(blob: &[u8]) -> Result<Packed<'_>, CmdError> {
+    idset::unpack(blob).map_err(|e| CmdError::err(e.to_string()))
 }
 
 /// IDSET.LOAD key [EX seconds | PX milliseconds] [RESERVE n] [LEASE token] [SEQ n] (TABLE blob | PACKED blob | IDS id …)
@@ -242,18 +231,14 @@ fn load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             if args.len() != i + 2 {
                 return Err(CmdError::Syntax);
             }
-            let mut set = table_from_client(value)?;
-            if reserve > set.table().room_in_place() as usize {
-                set = IdSet::from_valid(set.plan_rebuild(reserve));
-            }
-            break set;
+            break IdSet::from_client(value)?.reserved(reserve);
         } else if eq_ic(opt, "PACKED") {
             if args.len() != i + 2 {
                 return Err(CmdError::Syntax);
             }
-            break build(&unpack(value)?, reserve)?;
+            break IdSet::with_reserve(&unpack(value)?.collect::<Vec<_>>(), reserve)?;
         } else if eq_ic(opt, "IDS") {
-            break build(&parse_ids(&args[i + 1..])?, reserve)?;
+            break IdSet::with_reserve(&parse_ids(&args[i + 1..])?, reserve)?;
         } else {
             return Err(CmdError::Syntax);
         }
@@ -281,14 +266,6 @@ fn load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::Integer(len as i64))
 }
 
-fn build(ids: &[u64], reserve: usize) -> Result<IdSet, CmdError> {
-    Builder::new()
-        .reserve(reserve)
-        .try_build(ids)
-        .map(|t| IdSet::from_valid(t.into()))
-        .map_err(|e| CmdError::err(e.to_string()))
-}
-
 fn exists(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let id = parse_id(&args[2])?;
     match ctx.view().get(&args[1]) {
@@ -313,10 +290,7 @@ fn mexists(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 
 /// IDSET.MEXISTSBIN key packed-ids [LEASE [PX ms] [BLOCK ms]]
 fn mexistsbin(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let (key, packed) = (&args[1], &args[2]);
-    if !packed.len().is_multiple_of(8) {
-        unpack(packed)?;
-    }
+    let (key, packed) = (&args[1], unpack(&args[2])?);
     let lease = match args.get(3) {
         None => None,
         Some(opt) if eq_ic(opt, "LEASE") => Some(LeaseOpts::parse(ctx, &args[4..])?),
@@ -341,10 +315,9 @@ fn mexistsbin(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 
 /// Bit i (byte i/8, least significant bit first) says whether the i-th packed id
 /// is in `table`.
-fn bitmap(table: TableRef<'_>, packed: &[u8]) -> CmdResult {
-    let mut bitmap = vec![0u8; (packed.len() / 8).div_ceil(8)];
-    for (i, chunk) in packed.chunks_exact(8).enumerate() {
-        let id = u64::from_le_bytes(chunk.try_into().expect("chunks of 8"));
+fn bitmap(table: TableRef<'_>, packed: Packed<'_>) -> CmdResult {
+    let mut bitmap = vec![0u8; packed.len().div_ceil(8)];
+    for (i, id) in packed.enumerate() {
         if table.contains(id) {
             bitmap[i / 8] |= 1 << (i % 8);
         }
@@ -393,7 +366,7 @@ fn add(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         return Err(CmdError::WrongArity(ctx.spec.name.into()));
     }
     let ids = parse_ids(&args[first..])?;
-    match super::sets::add_ids(ctx, &args[1], &ids, xx, seq)? {
+    match setcore::add(ctx, &args[1], &ids, xx, seq)? {
         Some(added) => Ok(Frame::Integer(added as i64)),
         None => Ok(Frame::Null),
     }
@@ -408,19 +381,9 @@ fn rem(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let ids = parse_ids(&args[first..])?;
     let late = &ctx.server.stats.idset_late_changes;
     let v = ctx.view();
-    let Some(e) = v.get_mut(&args[1]) else {
-        return Ok(Frame::Null);
-    };
-    match e
-        .value_mut()
-        .as_idset_mut()?
-        .apply(Change::Remove(&ids), seq)
-    {
-        Some(removed) => Ok(Frame::Integer(removed as i64)),
-        None => {
-            super::sets::drop_late(v, &args[1], late);
-            Ok(Frame::Null)
-        }
+    match setcore::apply(v, &args[1], Change::Remove(&ids), seq.map(|s| (s, late)))? {
+        Applied::Changed(removed) => Ok(Frame::Integer(removed as i64)),
+        Applied::Missing | Applied::DroppedLate => Ok(Frame::Null),
     }
 }
 
@@ -454,65 +417,19 @@ fn members(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::Array(table.iter().map(id_frame).collect()))
 }
 
-/// IDSET.SCAN key cursor [COUNT n]: the cursor is a slot position; the two ids kept
-/// as header flags come with the first page. Slots never move while a table lives,
-/// so a full iteration returns every id present throughout exactly once — unless the
-/// table is rebuilt (grown or compacted) mid-scan, in which case ids may repeat, as
-/// Redis allows.
+/// IDSET.SCAN key cursor [COUNT n]: the cursor is a slot position, and COUNT the
+/// number of slots a call reads (see [`setcore::scan_page`] for what a full
+/// iteration guarantees).
 fn scan(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let cursor =
-        super::ids::parse_id_opt(&args[2]).ok_or_else(|| CmdError::err("invalid cursor"))?;
-    let mut count = 10u64;
-    let mut i = 3;
-    while i < args.len() {
-        if eq_ic(&args[i], "COUNT") && i + 1 < args.len() {
-            count = u64::try_from(parse_i64(&args[i + 1])?).map_err(|_| CmdError::Syntax)?;
-            if count == 0 {
-                return Err(CmdError::Syntax);
-            }
-            i += 2;
-        } else {
-            return Err(CmdError::Syntax);
-        }
-    }
+    let cursor = parse_cursor(&args[2])?;
+    let opts = ScanOpts::parse(&args[3..], false)?;
     let v = ctx.view();
     let Some(e) = v.get(&args[1]) else {
         return Ok(Frame::NullArray);
     };
     let table = e.value().as_idset()?.table();
-    let (next, ids) = scan_page(&table, cursor, count);
-    Ok(Frame::Array(vec![
-        Frame::Bulk(Bytes::copy_from_slice(
-            itoa::Buffer::new().format(next).as_bytes(),
-        )),
-        Frame::Array(ids.into_iter().map(id_frame).collect()),
-    ]))
-}
-
-/// Ids in slots `[cursor, cursor + count)` (plus the flag ids on the first page),
-/// and the next cursor (0 at the end).
-fn scan_page(table: &TableRef<'_>, cursor: u64, count: u64) -> (u64, Vec<u64>) {
-    let bytes = table.as_bytes();
-    let cap = u64::from(table.capacity());
-    let mut ids = Vec::new();
-    if cursor == 0 {
-        let flags = bytes[idset::OFF_FLAGS];
-        if flags & idset::FLAG_HAS_ZERO != 0 {
-            ids.push(0);
-        }
-        if flags & idset::FLAG_HAS_MAX != 0 {
-            ids.push(u64::MAX);
-        }
-    }
-    let end = cursor.saturating_add(count).min(cap);
-    for slot in cursor.min(cap)..end {
-        let off = idset::HEADER_LEN + slot as usize * idset::SLOT_LEN;
-        let id = u64::from_le_bytes(bytes[off..off + 8].try_into().expect("8 bytes"));
-        if id != idset::EMPTY && id != idset::DELETED {
-            ids.push(id);
-        }
-    }
-    (if end >= cap { 0 } else { end }, ids)
+    let (next, ids) = scan_page(&table, cursor, PageLimit::slots(opts.count));
+    Ok(scan_reply(next, ids))
 }
 
 fn info(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
@@ -565,28 +482,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn scan_pages_cover_every_slot_once() {
-        let ids: Vec<u64> = (1..=1000).chain([0, u64::MAX]).collect();
-        let bytes = Builder::new().build(&ids);
-        let t = TableRef::open(&bytes).unwrap();
-        let (mut cursor, mut seen) = (0u64, Vec::new());
-        loop {
-            let (next, page) = scan_page(&t, cursor, 37);
-            seen.extend(page);
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-        seen.sort_unstable();
-        let mut want = ids.clone();
-        want.sort_unstable();
-        assert_eq!(seen, want);
-    }
-
-    #[test]
     fn unpack_rejects_ragged_input() {
-        assert_eq!(unpack(&7u64.to_le_bytes()).unwrap(), vec![7]);
+        assert_eq!(
+            unpack(&7u64.to_le_bytes()).unwrap().collect::<Vec<_>>(),
+            vec![7]
+        );
         assert!(unpack(&[1, 2, 3])
             .unwrap_err()
             .to_string()

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use rand::Rng;
 use relcache_protocol::resp::Frame;
 
+use super::ids::parse_cursor;
 use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, parse_i64_opt, Ctx};
 use crate::db::{Entry, ShardMap, View, SHARDS};
@@ -426,7 +427,10 @@ fn randomkey(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
 // and a reply of 0 ends it; a non-final cursor is never 0, because `remaining` is
 // positive while a shard is unfinished and a finished shard moves to the next one
 // with FROM_END. Any other number a client invents decodes to some place (a shard
-// index past the last means "done"), as Redis accepts any cursor.
+// index past the last means "done"), as Redis accepts any cursor: `-1`, which the
+// cursor parser (shared with SSCAN and IDSET.SCAN, see `ids::parse_cursor`) reads as
+// u64::MAX, names shard 511 and ends the scan at once with cursor 0; a huge cursor
+// below SHARDS << POS_BITS resumes in its shard from min(remaining, len).
 
 /// Bits of the cursor that hold `remaining`.
 const POS_BITS: u32 = 55;
@@ -469,39 +473,6 @@ impl ScanPos {
         debug_assert!(self.remaining > 0, "an unfinished shard has positions left");
         ((self.shard as u64) << POS_BITS) | (self.remaining & POS_MASK)
     }
-}
-
-/// Parses a SCAN cursor as Redis 7.2's `string2ull` does: a non-negative `string2ll`
-/// integer, or else whatever `strtoull` accepts in full (leading spaces, a sign,
-/// leading zeros) without overflow.
-fn parse_cursor(arg: &[u8]) -> Option<u64> {
-    if let Some(v) = parse_i64_opt(arg) {
-        return u64::try_from(v).ok();
-    }
-    let start = arg
-        .iter()
-        .position(|c| !matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r'))?;
-    let mut s = &arg[start..];
-    let negative = match s.first() {
-        Some(b'-') => {
-            s = &s[1..];
-            true
-        }
-        Some(b'+') => {
-            s = &s[1..];
-            false
-        }
-        _ => false,
-    };
-    if s.is_empty() || !s.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let mut v: u64 = 0;
-    for &d in s {
-        v = v.checked_mul(10)?.checked_add((d - b'0') as u64)?;
-    }
-    // strtoull negates in unsigned arithmetic.
-    Some(if negative { v.wrapping_neg() } else { v })
 }
 
 /// What a SCAN call keeps of the entries it visits.
@@ -572,7 +543,7 @@ fn scan_step(
 }
 
 fn scan(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let cursor = parse_cursor(&args[1]).ok_or_else(|| CmdError::err("invalid cursor"))?;
+    let cursor = parse_cursor(&args[1])?;
     let mut count: i64 = 10;
     let mut pattern: Option<&[u8]> = None;
     let mut type_name: Option<&[u8]> = None;
@@ -977,31 +948,6 @@ mod tests {
         let refs: Vec<&ShardMap> = maps.iter().collect();
         let (next, keys) = scan_step(&refs, u64::MAX, 10, &all_pass(0));
         assert_eq!((next, keys.len()), (0, 0));
-    }
-
-    #[test]
-    fn cursor_parsing_follows_string2ull() {
-        assert_eq!(parse_cursor(b"0"), Some(0));
-        assert_eq!(parse_cursor(b"18446744073709551615"), Some(u64::MAX));
-        assert_eq!(parse_cursor(b"007"), Some(7));
-        assert_eq!(parse_cursor(b"+1"), Some(1));
-        assert_eq!(parse_cursor(b" 1"), Some(1));
-        for bad in [
-            &b""[..],
-            b"-1",
-            b"abc",
-            b"1 ",
-            b"18446744073709551616",
-            b"1.5",
-            b" ",
-        ] {
-            assert_eq!(
-                parse_cursor(bad),
-                None,
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
-        }
     }
 
     /// Runs a full scan over `maps` with `count`, calling `mutate` between calls.

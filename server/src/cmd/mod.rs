@@ -20,6 +20,7 @@ mod introspect;
 mod keys;
 mod lease;
 mod server;
+mod setcore;
 mod sets;
 mod strings;
 mod transactions;

@@ -28,7 +28,7 @@ use bytes::{Bytes, BytesMut};
 use relcache_protocol::resp::Frame;
 
 use super::spec::{self, CommandSpec, Group, Keys};
-use super::{eq_ic, idset, parse_i64, parse_i64_opt, Ctx};
+use super::{eq_ic, parse_i64, parse_i64_opt, Ctx};
 use crate::db::{Entry, Value};
 use crate::error::{CmdError, CmdResult};
 
@@ -383,7 +383,7 @@ fn take_string(entry: &mut Entry) -> Result<BytesMut, CmdError> {
 /// it is meant as a table (validated here, before any lock is taken).
 fn value_from_client(arg: &[u8]) -> Result<Value, CmdError> {
     if relcache_protocol::idset::looks_like_table(arg) {
-        return Ok(Value::IdSet(idset::table_from_client(arg)?));
+        return Ok(Value::IdSet(crate::db::IdSet::from_client(arg)?));
     }
     Ok(Value::Str(Bytes::copy_from_slice(arg)))
 }

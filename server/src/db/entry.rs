@@ -4,8 +4,7 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use bytes::Bytes;
 
-use super::IdSet;
-use crate::error::CmdError;
+use super::{Error, IdSet};
 
 /// A stored value. Each variant is one Redis type as `TYPE` reports it.
 #[derive(Debug, Clone)]
@@ -26,36 +25,37 @@ impl Value {
         }
     }
 
-    /// The string's bytes, or `WRONGTYPE`.
-    pub fn as_str(&self) -> Result<&Bytes, CmdError> {
+    /// The string's bytes, or [`Error::WrongType`].
+    pub fn as_str(&self) -> Result<&Bytes, Error> {
         match self {
             Value::Str(b) => Ok(b),
-            Value::IdSet(_) => Err(CmdError::WrongType),
+            Value::IdSet(_) => Err(Error::WrongType),
         }
     }
 
     /// What GET returns: a string's bytes, or an idset's table bytes (so a client
-    /// can fetch a table and check membership locally); `WRONGTYPE` otherwise.
-    pub fn as_get_bytes(&self) -> Result<&Bytes, CmdError> {
+    /// can fetch a table and check membership locally); [`Error::WrongType`] for any
+    /// other type (there is none yet).
+    pub fn as_get_bytes(&self) -> Result<&Bytes, Error> {
         match self {
             Value::Str(b) => Ok(b),
             Value::IdSet(s) => Ok(s.bytes()),
         }
     }
 
-    /// The idset, or `WRONGTYPE`.
-    pub fn as_idset(&self) -> Result<&IdSet, CmdError> {
+    /// The idset, or [`Error::WrongType`].
+    pub fn as_idset(&self) -> Result<&IdSet, Error> {
         match self {
             Value::IdSet(s) => Ok(s),
-            _ => Err(CmdError::WrongType),
+            _ => Err(Error::WrongType),
         }
     }
 
-    /// The idset for an update, or `WRONGTYPE`.
-    pub fn as_idset_mut(&mut self) -> Result<&mut IdSet, CmdError> {
+    /// The idset for an update, or [`Error::WrongType`].
+    pub fn as_idset_mut(&mut self) -> Result<&mut IdSet, Error> {
         match self {
             Value::IdSet(s) => Ok(s),
-            _ => Err(CmdError::WrongType),
+            _ => Err(Error::WrongType),
         }
     }
 

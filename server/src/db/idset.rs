@@ -9,12 +9,17 @@
 //! Growth: when an insert finds the table full (see the format's in-place limit),
 //! the table is rebuilt with room for the rest of the batch plus its current size,
 //! so a long run of adds costs amortized O(1) each. Callers that must not hold a
-//! shard lock during a rebuild use [`IdSet::plan_rebuild`] first (see the IDSET
-//! command family).
+//! shard lock during a rebuild use [`IdSet::plan_rebuild`] first (see `add` in
+//! `cmd/setcore.rs`, the write path both set families share).
+//!
+//! Sets from clients come in through [`IdSet::from_client`] (a table, validated
+//! here) and [`IdSet::with_reserve`] (ids); what they can refuse is a
+//! [`db::Error`](super::Error).
 
 use bytes::{Bytes, BytesMut};
-use relcache_protocol::idset::{rebuild, Builder, TableMut, TableRef};
+use relcache_protocol::idset::{rebuild, validate, Builder, TableMut, TableRef};
 
+use super::Error;
 use crate::stats::Gauge;
 
 /// A table shrinks when fewer than 1/SHRINK_RATIO of its slots hold members.
@@ -137,6 +142,37 @@ impl IdSet {
     /// A new set of `ids`.
     pub fn build(ids: &[u64]) -> IdSet {
         IdSet::counted(Builder::new().build(ids).into())
+    }
+
+    /// A set from a table a client sent (`SET`, `IDSET.LOAD … TABLE`), validated in
+    /// full and copied: the argument is a slice of the connection's read buffer,
+    /// which a stored value must not pin. Call it before taking a lock — validation
+    /// is O(capacity).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidTable`], saying what is wrong with the bytes.
+    pub fn from_client(blob: &[u8]) -> Result<IdSet, Error> {
+        validate(blob)?;
+        Ok(IdSet::from_valid(Bytes::copy_from_slice(blob)))
+    }
+
+    /// A new set of `ids` with room for `reserve` more ids to be added in place.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::TooLarge`] past the format's largest table.
+    pub fn with_reserve(ids: &[u64], reserve: usize) -> Result<IdSet, Error> {
+        let table = Builder::new().reserve(reserve).try_build(ids)?;
+        Ok(IdSet::from_valid(table.into()))
+    }
+
+    /// This set, rebuilt if needed so that `reserve` more ids fit in place.
+    pub fn reserved(self, reserve: usize) -> IdSet {
+        if reserve > self.table().room_in_place() as usize {
+            return IdSet::from_valid(self.plan_rebuild(reserve)).with_seq(self.seq);
+        }
+        self
     }
 
     /// The table, for reads.

@@ -12,6 +12,7 @@
 //! two multi-key commands can never deadlock.
 
 mod entry;
+mod error;
 pub mod evict;
 pub mod expire;
 mod idset;
@@ -27,6 +28,7 @@ use ahash::RandomState;
 use parking_lot::RwLock;
 
 pub use entry::{Entry, Value};
+pub use error::Error;
 pub use idset::{Change, IdSet, Order, TOTALS as IDSET_TOTALS};
 pub use key::Key;
 pub use lease::{Ended as LeasesEnded, LeaseState};
