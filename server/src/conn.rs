@@ -100,7 +100,12 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
         }
         decoder.set_limits(limits(server));
         let soft_limit = config.output_limit().soft;
-        while !closing && parked.is_none() && !held_back(soft_limit, &wbuf) {
+        let mut held = false;
+        while !closing && parked.is_none() {
+            if held_back(soft_limit, &wbuf) {
+                held = true;
+                break;
+            }
             match decoder.decode(&mut rbuf, &mut args) {
                 Ok(true) => {
                     let size: usize = args.iter().map(|a| a.len()).sum();
@@ -156,6 +161,14 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
         }
         if rbuf.is_empty() && rbuf.capacity() > SHRINK_ABOVE {
             rbuf = BytesMut::with_capacity(READ_CHUNK);
+        }
+        // Requests held back while the output was over the soft limit are already
+        // here: once the write brought it under, run them rather than wait for input
+        // that may never come (yielding first, so a fast reader cannot keep this
+        // worker from its other connections).
+        if held && !held_back(soft_limit, &wbuf) {
+            tokio::task::yield_now().await;
+            continue;
         }
 
         // 3. Wait for input, for the socket to drain, or for a reason to stop.
