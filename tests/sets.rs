@@ -192,7 +192,7 @@ fn wrongtype_both_ways() {
 }
 
 #[test]
-fn non_integer_members_are_refused_without_any_change() {
+fn non_integer_members_are_refused_by_writes_and_absent_for_reads() {
     let s = TestServer::start();
     let mut con = s.conn();
     let mut raw = Raw::new(&s);
@@ -213,11 +213,21 @@ fn non_integer_members_are_refused_without_any_change() {
         "abc",
     ] {
         raw.expect_err(&["SADD", "s", "3", bad], &bad_id(bad));
-        raw.expect_err(&["SREM", "s", "1", bad], &bad_id(bad));
-        raw.expect_err(&["SISMEMBER", "s", bad], &bad_id(bad));
-        raw.expect_err(&["SMISMEMBER", "s", "1", bad], &bad_id(bad));
-        raw.expect_err(&["SMOVE", "s", "d", bad], &bad_id(bad));
+        // Reads and removals only look: no id set holds a non-id, so it is absent
+        // and the answer is Redis's for an absent member.
+        raw.expect(&["SREM", "s", bad], b":0\r\n");
+        raw.expect(&["SISMEMBER", "s", bad], b":0\r\n");
+        raw.expect(&["SMISMEMBER", "s", "1", bad], b"*2\r\n:1\r\n:0\r\n");
+        raw.expect(&["SMOVE", "s", "d", bad], b":0\r\n");
     }
+    // The key's type is still checked first.
+    assert_eq!(q::<String>(&mut con, &["SET", "str", "x"]), "OK");
+    let wrongtype = "WRONGTYPE Operation against a key holding the wrong kind of value";
+    raw.expect_err(&["SISMEMBER", "str", "abc"], wrongtype);
+    raw.expect_err(&["SMISMEMBER", "str", "abc"], wrongtype);
+    raw.expect_err(&["SREM", "str", "abc"], wrongtype);
+    raw.expect_err(&["SMOVE", "str", "d", "abc"], wrongtype);
+    raw.expect_err(&["SMOVE", "s", "str", "abc"], wrongtype);
     assert_eq!(
         members(&mut con, &["SMEMBERS", "s"]),
         vec![1, 2],

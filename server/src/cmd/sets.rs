@@ -25,7 +25,7 @@ use rand::Rng;
 use relcache_protocol::idset::TableRef;
 use relcache_protocol::resp::Frame;
 
-use super::ids::{id_frame, member_frames, parse_cursor, parse_id, parse_ids};
+use super::ids::{id_frame, member_frames, parse_cursor, parse_id_opt, parse_ids};
 use super::setcore::{self, scan_page, scan_reply, PageLimit, ScanOpts};
 use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, parse_i64_opt, Ctx};
@@ -258,7 +258,8 @@ fn sadd(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 }
 
 fn srem(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let ids = parse_ids(&args[2..])?;
+    // A member that is not an id is in no id set: removing it removes nothing.
+    let ids: Vec<u64> = args[2..].iter().filter_map(|a| parse_id_opt(a)).collect();
     let key = &args[1];
     let v = ctx.view();
     let Some(e) = v.peek(key) else {
@@ -273,10 +274,15 @@ fn srem(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 }
 
 fn sismember(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let id = parse_id(&args[2])?;
+    // Not an id: not a member (0, as Redis answers for any absent member), but the
+    // key's type is still checked.
+    let id = parse_id_opt(&args[2]);
     let found = match ctx.view().get(&args[1]) {
         None => false,
-        Some(e) => e.value().as_idset()?.contains(id),
+        Some(e) => {
+            let set = e.value().as_idset()?;
+            id.is_some_and(|id| set.contains(id))
+        }
     };
     Ok(Frame::Integer(i64::from(found)))
 }
@@ -285,15 +291,16 @@ fn sismember(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 /// parsed onto the stack before locking, and the reply is the only allocation.
 fn smismember(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let members = &args[2..];
-    let mut stack = [0u64; STACK_IDS];
-    let heap;
-    let ids: &[u64] = if members.len() <= STACK_IDS {
+    // `None` for a member that is not an id: it is in no id set.
+    let mut stack = [None; STACK_IDS];
+    let heap: Vec<Option<u64>>;
+    let ids: &[Option<u64>] = if members.len() <= STACK_IDS {
         for (slot, arg) in stack.iter_mut().zip(members) {
-            *slot = parse_id(arg)?;
+            *slot = parse_id_opt(arg);
         }
         &stack[..members.len()]
     } else {
-        heap = parse_ids(members)?;
+        heap = members.iter().map(|a| parse_id_opt(a)).collect();
         &heap
     };
     let mut out = Vec::with_capacity(ids.len());
@@ -304,7 +311,7 @@ fn smismember(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             let table = e.value().as_idset()?.table();
             out.extend(
                 ids.iter()
-                    .map(|&id| Frame::Integer(i64::from(table.contains(id)))),
+                    .map(|&id| Frame::Integer(i64::from(id.is_some_and(|id| table.contains(id))))),
             );
         }
     }
@@ -531,18 +538,23 @@ fn sintercard(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 
 /// SMOVE source destination member
 fn smove(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let id = parse_id(&args[3])?;
     let (src, dst) = (&args[1], &args[2]);
     let v = ctx.view();
     let Some(e) = v.peek(src) else {
         return Ok(Frame::Integer(0));
     };
-    let present = e.value().as_idset()?.contains(id);
+    // A member that is not an id is in no id set: there is nothing to move (and so
+    // nothing that would have to be stored).
+    let set = e.value().as_idset()?;
+    let present = parse_id_opt(&args[3]).filter(|&id| set.contains(id));
     if let Some(d) = v.peek(dst) {
         d.value().as_idset()?;
     }
-    if src == dst || !present {
-        return Ok(Frame::Integer(i64::from(present)));
+    let Some(id) = present else {
+        return Ok(Frame::Integer(0));
+    };
+    if src == dst {
+        return Ok(Frame::Integer(1));
     }
     remove_ids(v, src, &[id]);
     setcore::insert(v, dst, &[id], false, None)?;
