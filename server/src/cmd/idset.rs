@@ -459,7 +459,9 @@ fn info(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
                 set.heap_size() as f64 / t.len() as f64
             }),
         ),
-        field("seed", Frame::Integer(t.seed() as i64)),
+        // Unsigned, as FORMAT.md specifies: a decimal string like every id, since a
+        // RESP integer would print seeds past 2^63 as negative numbers.
+        field("seed", id_frame(t.seed())),
         field("seq", Frame::Integer(set.seq() as i64)),
     ]))
 }
