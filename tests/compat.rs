@@ -291,3 +291,23 @@ fn command_docs_arguments_match_redis() {
     let load = call3(&mut ours, &["COMMAND", "DOCS", "idset.load"]);
     assert_ne!(arguments_in(&load, "idset.load"), Frame::Null);
 }
+
+/// IDSET.INFO gives the seed unsigned, as FORMAT.md specifies (the default seed is
+/// past 2^63, and a RESP integer printed it negative).
+#[test]
+fn idset_info_prints_the_seed_unsigned() {
+    let s = TestServer::start();
+    let mut c = s.raw();
+    call3(&mut c, &["HELLO", "3"]);
+    call3(&mut c, &["IDSET.LOAD", "k", "IDS", "1", "2", "3"]);
+    let Frame::Map(fields) = call3(&mut c, &["IDSET.INFO", "k"]) else {
+        panic!("IDSET.INFO is a map")
+    };
+    let seed = fields
+        .iter()
+        .find(|(k, _)| matches!(k, Frame::Bulk(k) | Frame::Simple(k) if &k[..] == b"seed"))
+        .map(|(_, v)| v.clone())
+        .expect("IDSET.INFO has a seed");
+    let want = relcache_protocol::idset::DEFAULT_SEED.to_string();
+    assert_eq!(seed, Frame::Bulk(want.into_bytes().into()));
+}
