@@ -32,8 +32,19 @@ fn set_of_a_prebuilt_table_is_a_usable_set_and_get_returns_it() {
         .arg(&table)
         .query(&mut con)
         .unwrap();
-    let back: Vec<u8> = redis::cmd("GET").arg("u:1").query(&mut con).unwrap();
-    assert_eq!(back, table, "GET returns the exact bytes");
+    let back: Vec<u8> = redis::cmd("IDSET.TABLE")
+        .arg("u:1")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(back, table, "IDSET.TABLE returns the exact bytes");
+    // GET of a set is WRONGTYPE, as in Redis, and MGET reads it as nil.
+    let err = redis::cmd("GET")
+        .arg("u:1")
+        .query::<Vec<u8>>(&mut con)
+        .unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"), "{err}");
+    let got: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg("u:1").query(&mut con).unwrap();
+    assert_eq!(got, vec![None]);
     let t: String = redis::cmd("TYPE").arg("u:1").query(&mut con).unwrap();
     assert_eq!(t, "set");
     let card: i64 = redis::cmd("IDSET.CARD").arg("u:1").query(&mut con).unwrap();
@@ -287,7 +298,7 @@ fn add_rem_in_place_with_xx_and_growth() {
     }
     let card: i64 = redis::cmd("IDSET.CARD").arg("w").query(&mut con).unwrap();
     assert_eq!(card as usize, model.len());
-    let table: Vec<u8> = redis::cmd("GET").arg("w").query(&mut con).unwrap();
+    let table: Vec<u8> = redis::cmd("IDSET.TABLE").arg("w").query(&mut con).unwrap();
     let t = validate(&table).expect("the stored table stays valid");
     assert_eq!(t.iter().collect::<HashSet<_>>(), model);
     // Removing everything keeps an empty set.
@@ -624,7 +635,7 @@ proptest! {
                     let got = r.map(|v| v.into_iter().map(|s| s.parse::<u64>().unwrap()).collect::<HashSet<_>>());
                     prop_assert_eq!(got, model.clone());
                     if let Some(m) = &model {
-                        let table: Vec<u8> = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
+                        let table: Vec<u8> = redis::cmd("IDSET.TABLE").arg(&key).query(&mut con).unwrap();
                         let t = validate(&table).unwrap();
                         // The client-side reader agrees with the server on every id.
                         prop_assert!(m.iter().all(|&id| t.contains(id)));
@@ -749,7 +760,7 @@ fn info_idsets_and_memory_usage_report_real_figures() {
     assert_eq!(field(&mut con, "idset_tables"), 2.0);
     assert_eq!(field(&mut con, "idset_ids"), 1003.0);
     let bytes = field(&mut con, "idset_bytes");
-    let b_len: Vec<u8> = redis::cmd("GET").arg("b").query(&mut con).unwrap();
+    let b_len: Vec<u8> = redis::cmd("IDSET.TABLE").arg("b").query(&mut con).unwrap();
     assert_eq!(bytes as usize, a.len() + b_len.len());
     let load = field(&mut con, "idset_avg_load_factor");
     assert!(load > 0.5 && load <= 0.9, "load {load}");

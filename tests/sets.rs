@@ -178,17 +178,33 @@ fn wrongtype_both_ways() {
         "a failed store writes nothing"
     );
 
-    // The other way: a set is not a string, except that GET hands back the table
-    // bytes (relcache's documented extension, so a client can cache it locally).
+    // The other way: a set is not a string, to GET and its variants too, as in
+    // Redis; its table bytes are IDSET.TABLE's (so a client can check locally).
     assert_eq!(q::<i64>(&mut con, &["SADD", "set", "1", "2", "3"]), 3);
-    let table: Vec<u8> = q(&mut con, &["GET", "set"]);
+    let table: Vec<u8> = q(&mut con, &["IDSET.TABLE", "set"]);
     assert!(
         table.starts_with(&MAGIC),
-        "GET of a set returns its table: {:?}",
+        "IDSET.TABLE of a set returns its table: {:?}",
         &table[..table.len().min(8)]
     );
-    raw.expect_err(&["INCR", "set"], WRONGTYPE);
-    raw.expect_err(&["APPEND", "set", "x"], WRONGTYPE);
+    for args in [
+        &["INCR", "set"][..],
+        &["APPEND", "set", "x"],
+        &["GET", "set"],
+        &["GETDEL", "set"],
+        &["GETEX", "set", "PERSIST"],
+        &["GETSET", "set", "x"],
+        &["SET", "set", "x", "GET"],
+    ] {
+        raw.expect_err(args, WRONGTYPE);
+    }
+    raw.expect(&["MGET", "set", "str"], b"*2\r\n$-1\r\n$5\r\nhello\r\n");
+    raw.expect_err(&["IDSET.TABLE", "str"], WRONGTYPE);
+    assert_eq!(
+        q::<i64>(&mut con, &["SCARD", "set"]),
+        3,
+        "the set is untouched"
+    );
 }
 
 #[test]

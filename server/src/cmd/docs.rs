@@ -206,6 +206,7 @@ const SYNTAX: &[(&str, &str)] = &[
     ("idset.release", "key token<integer>"),
     ("idset.rem", "key [SEQ seq<integer>] id<integer>..."),
     ("idset.scan", "key cursor<integer> [COUNT count<integer>]"),
+    ("idset.table", "key"),
     ("idset.which", "id<integer> key..."),
 ];
 

@@ -135,6 +135,18 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
         ..CommandSpec::DEFAULT
     },
     CommandSpec {
+        name: "idset.table",
+        arity: 2,
+        flags: ONE_KEY_READ,
+        keys: Keys::ONE,
+        group: Group::Idset,
+        since: "0.1.0",
+        summary: "The set's table bytes (protocol/FORMAT.md), for membership checks in the client; nil if the key is missing.",
+        complexity: "O(1): the table is shared, not copied",
+        handler: table,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
         name: "idset.members",
         arity: -2,
         flags: spec::READONLY,
@@ -391,6 +403,16 @@ fn card(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     match ctx.view().get(&args[1]) {
         None => Ok(Frame::Null),
         Some(e) => Ok(Frame::Integer(e.value().as_idset()?.len() as i64)),
+    }
+}
+
+/// IDSET.TABLE key: the stored table, byte for byte, so a client can check
+/// membership locally with any reader of FORMAT.md (GET answers WRONGTYPE for a
+/// set, as Redis does).
+fn table(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    match ctx.view().get(&args[1]) {
+        None => Ok(Frame::Null),
+        Some(e) => Ok(Frame::Bulk(e.value().as_idset()?.bytes().clone())),
     }
 }
 

@@ -391,14 +391,15 @@ fn value_from_client(arg: &[u8]) -> Result<Value, CmdError> {
 /// Values up to this size are copied into the reply rather than shared.
 const COPY_REPLY_MAX: usize = 512;
 
-/// GET's reply for a live entry: the string (or an idset's table bytes).
+/// GET's reply for a live entry: the string, or WRONGTYPE for a set, as Redis
+/// answers (IDSET.TABLE hands out a set's table bytes).
 ///
 /// Sharing the stored `Bytes` costs an atomic update of its reference count — a
 /// cache line of its own, and on the first share an allocation — while copying a
 /// small value touches only the data the reply needs anyway; large values are
 /// shared, never copied.
 fn get_reply(e: &Entry) -> CmdResult {
-    let v = e.value().as_get_bytes()?;
+    let v = e.value().as_str()?;
     if v.len() <= COPY_REPLY_MAX {
         return Ok(Frame::Bulk(Bytes::copy_from_slice(v)));
     }

@@ -33,16 +33,6 @@ impl Value {
         }
     }
 
-    /// What GET returns: a string's bytes, or an idset's table bytes (so a client
-    /// can fetch a table and check membership locally); [`Error::WrongType`] for any
-    /// other type (there is none yet).
-    pub fn as_get_bytes(&self) -> Result<&Bytes, Error> {
-        match self {
-            Value::Str(b) => Ok(b),
-            Value::IdSet(s) => Ok(s.bytes()),
-        }
-    }
-
     /// The idset, or [`Error::WrongType`].
     pub fn as_idset(&self) -> Result<&IdSet, Error> {
         match self {
