@@ -28,6 +28,9 @@ for tool in redis-cli redis-benchmark redis-server; do
 done
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] ||
   { echo "missing mariadbd (apt-get install mariadb-server)"; exit 1; }
+# tests/python/clients.py checks what redis-py users see.
+python3 -c 'import redis' 2>/dev/null || { echo "== pip install redis"; python3 -m pip install -q redis; }
+python3 -c 'import redis' || { echo "missing redis-py (pip install redis)"; exit 1; }
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

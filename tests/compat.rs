@@ -311,3 +311,22 @@ fn idset_info_prints_the_seed_unsigned() {
     let want = relcache_protocol::idset::DEFAULT_SEED.to_string();
     assert_eq!(seed, Frame::Bulk(want.into_bytes().into()));
 }
+
+/// redis-py, as Python users run it (decode_responses=True, RESP2 and RESP3):
+/// WRONGTYPE from GET of a set, 0 from SISMEMBER of a non-id (tests/python/clients.py).
+#[test]
+fn redis_py_sees_redis_answers() {
+    let s = TestServer::start();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/clients.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(s.port.to_string())
+        .output()
+        .expect("run python3 (scripts/test.sh installs redis-py)");
+    assert!(
+        out.status.success() && out.stdout.starts_with(b"ok"),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

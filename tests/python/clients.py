@@ -1,0 +1,56 @@
+"""What redis-py users see of relcache (run by tests/compat.rs with a port).
+
+Each check raises AssertionError with what went wrong; the script prints "ok" and
+exits 0 only when every check passed, under RESP2 and RESP3 alike.
+"""
+
+import sys
+
+import redis
+
+
+def check(port: int, protocol: int) -> None:
+    r = redis.Redis(port=port, decode_responses=True, protocol=protocol)
+    r.flushall()
+    r.sadd("following:1", 10, 11, 12)
+
+    # GET of a set: the WRONGTYPE error clients expect, not bytes that fail to decode.
+    try:
+        r.get("following:1")
+    except redis.exceptions.ResponseError as e:
+        assert str(e).startswith("WRONGTYPE"), e
+    else:
+        raise AssertionError("GET of a set did not raise WRONGTYPE")
+    assert r.mget("following:1", "missing") == [None, None]
+
+    # A member that is not an id is not a member.
+    assert r.sismember("following:1", "abc") == 0
+    assert r.sismember("following:1", 10) == 1
+    assert r.smismember("following:1", ["abc", 11, "12", "x"]) == [0, 1, 1, 0]
+    assert r.srem("following:1", "abc") == 0
+    assert r.smove("following:1", "other", "abc") is False
+    assert r.scard("following:1") == 3
+
+    # Writes of a non-id still refuse it.
+    try:
+        r.sadd("following:1", "abc")
+    except redis.exceptions.ResponseError as e:
+        assert "is not a valid id" in str(e), e
+    else:
+        raise AssertionError("SADD of a non-id was accepted")
+
+    # The table bytes are IDSET.TABLE's.
+    raw = redis.Redis(port=port, protocol=protocol)
+    table = raw.execute_command("IDSET.TABLE", "following:1")
+    assert table[:6] == b"\x89RCIDS", table[:8]
+
+
+def main() -> None:
+    port = int(sys.argv[1])
+    for protocol in (2, 3):
+        check(port, protocol)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
