@@ -14,6 +14,7 @@ pub mod spec;
 
 mod connection;
 mod docs;
+mod expire;
 pub mod ids;
 mod idset;
 mod introspect;
@@ -42,9 +43,10 @@ use crate::session::Session;
 pub use spec::{CommandSpec, Group, Keys};
 
 /// Every top-level command family's table.
-fn families() -> [&'static [CommandSpec]; 9] {
+fn families() -> [&'static [CommandSpec]; 10] {
     [
         connection::COMMANDS,
+        expire::COMMANDS,
         idset::COMMANDS,
         introspect::COMMANDS,
         keys::COMMANDS,
