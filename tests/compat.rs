@@ -313,7 +313,8 @@ fn idset_info_prints_the_seed_unsigned() {
 }
 
 /// redis-py, as Python users run it (decode_responses=True, RESP2 and RESP3):
-/// WRONGTYPE from GET of a set, 0 from SISMEMBER of a non-id (tests/python/clients.py).
+/// WRONGTYPE from GET of a set, 0 from SISMEMBER of a non-id, and a pipeline of
+/// 270 GETs of 1 MB served whole (tests/python/clients.py).
 #[test]
 fn redis_py_sees_redis_answers() {
     let s = TestServer::start();

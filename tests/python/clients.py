@@ -45,10 +45,25 @@ def check(port: int, protocol: int) -> None:
     assert table[:6] == b"\x89RCIDS", table[:8]
 
 
+def large_replies(port: int) -> None:
+    """A pipeline of 270 GETs of 1 MB (redis-py writes them all, then reads): served
+    whole with the default output limits, as Redis serves it."""
+    r = redis.Redis(port=port)
+    r.set("mb", b"v" * (1 << 20))
+    pipe = r.pipeline(transaction=False)
+    for _ in range(270):
+        pipe.get("mb")
+    replies = pipe.execute()
+    assert len(replies) == 270, len(replies)
+    assert all(len(v) == 1 << 20 for v in replies)
+    assert r.ping()
+
+
 def main() -> None:
     port = int(sys.argv[1])
     for protocol in (2, 3):
         check(port, protocol)
+    large_replies(port)
     print("ok")
 
 
