@@ -13,6 +13,7 @@ pub mod conn;
 pub mod db;
 pub mod error;
 pub mod glob;
+mod longdouble;
 pub mod offload;
 pub mod server;
 pub mod session;
