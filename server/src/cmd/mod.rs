@@ -9,12 +9,15 @@
 
 pub mod spec;
 
+mod config;
 mod connection;
 pub mod ids;
 mod idset;
+mod info;
 mod introspect;
 mod keys;
 mod lease;
+mod memory;
 mod server;
 mod sets;
 mod strings;
@@ -36,13 +39,16 @@ use crate::session::Session;
 pub use spec::{CommandSpec, Group, Keys};
 
 /// Every top-level command family's table.
-fn families() -> [&'static [CommandSpec]; 9] {
+fn families() -> [&'static [CommandSpec]; 12] {
     [
+        config::COMMANDS,
         connection::COMMANDS,
         idset::COMMANDS,
+        info::COMMANDS,
         introspect::COMMANDS,
         keys::COMMANDS,
         lease::COMMANDS,
+        memory::COMMANDS,
         server::COMMANDS,
         sets::COMMANDS,
         strings::COMMANDS,
