@@ -12,7 +12,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::cmd::registry;
 use crate::config::Config;
-use crate::db::evict::{Evictor, Policy};
+use crate::db::evict::Evictor;
 use crate::db::{expire, Db, View};
 use crate::error::CmdError;
 use crate::session::Clients;
@@ -80,7 +80,7 @@ impl Server {
         if max == 0 || self.used_memory() + incoming <= max {
             return Ok(());
         }
-        let policy = Policy::from_name(self.config.policy()).unwrap_or(Policy::NoEviction);
+        let policy = self.config.policy();
         let samples = self.config.maxmemory_samples.load(Relaxed) as usize;
         let (evicted, still_over) = self.evictor.evict(&self.db, policy, samples, || {
             self.used_memory() + incoming > max
@@ -174,6 +174,9 @@ async fn accept_loop(listener: TcpListener, server: Arc<Server>, tracker: TaskTr
             }
         };
         let _ = stream.set_nodelay(true);
+        if let Some(keepalive) = server.config.keepalive() {
+            let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
+        }
         server.stats.total_connections_received.incr();
         let max = server.config.maxclients.load(Relaxed) as usize;
         match server.clients.register(addr, local_addr, &shutdown, max) {
