@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use bytes::Bytes;
 use relcache_protocol::resp::Frame;
 
-use super::memory::{human, peak_memory, used_memory, volatile_keys};
+use super::memory::{client_buffers, human, peak_memory, used_memory, volatile_keys};
 use super::server::{start_unix_secs, unix_now};
 use super::spec::{self, CommandSpec, Group};
 use super::{eq_ic, registry, Ctx};
@@ -284,13 +284,7 @@ fn info_memory(server: &Server, out: &mut String) {
     // Redis's split: the overhead is what the server needs with no data (measured
     // at start) plus the clients' buffers; the dataset is the rest.
     let startup = server.startup_memory as u64;
-    let client_buffers: u64 = server
-        .clients
-        .all()
-        .iter()
-        .map(|c| c.qbuf.load(Relaxed) + c.obuf.load(Relaxed))
-        .sum();
-    let overhead = (startup + client_buffers).min(used);
+    let overhead = (startup + client_buffers(server)).min(used);
     let dataset = used - overhead;
     field(out, "used_memory_startup", startup);
     field(out, "used_memory_overhead", overhead);

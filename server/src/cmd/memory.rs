@@ -16,6 +16,7 @@ use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, Ctx};
 use crate::db::{Entry, SHARDS};
 use crate::error::{CmdError, CmdResult};
+use crate::server::Server;
 
 pub(super) const COMMANDS: &[CommandSpec] = &[CommandSpec {
     name: "memory",
@@ -151,6 +152,16 @@ pub(super) fn volatile_keys(ctx: &mut Ctx<'_, '_>) -> usize {
     n
 }
 
+/// Bytes the clients' query and reply buffers hold.
+pub(super) fn client_buffers(server: &Server) -> u64 {
+    server
+        .clients
+        .all()
+        .iter()
+        .map(|c| c.qbuf.load(Relaxed) + c.obuf.load(Relaxed))
+        .sum()
+}
+
 /// Redis's `bytesToHuman`: `910.87K`, `64.00M`, `0B`.
 pub(super) fn human(n: u64) -> String {
     const UNITS: [&str; 5] = ["K", "M", "G", "T", "P"];
@@ -206,12 +217,7 @@ fn memory_stats(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     let rss = crate::alloc::rss() as u64;
     let keys = server.db.len() as u64;
     let expires = volatile_keys(ctx) as u64;
-    let clients: u64 = server
-        .clients
-        .all()
-        .iter()
-        .map(|c| c.qbuf.load(Relaxed) + c.obuf.load(Relaxed))
-        .sum();
+    let clients = client_buffers(server);
     let main = keys * entry_overhead() as u64;
     let expires_overhead = expires * expire_overhead() as u64;
     let overhead = main + expires_overhead + clients;
