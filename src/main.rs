@@ -4,9 +4,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
+use relcache_server::config::PARAMS;
 use relcache_server::Config;
 use tokio_util::sync::CancellationToken;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
 /// An in-memory relation cache server that speaks the Redis protocol.
@@ -18,53 +21,23 @@ use tracing_subscriber::EnvFilter;
 struct Cli {
     /// A config file in redis.conf syntax (`name value` per line).
     config_file: Option<PathBuf>,
-    /// TCP port to listen on (0 picks a free one; the log says which).
-    #[arg(long)]
-    port: Option<u16>,
-    /// Addresses to listen on, space-separated as in redis.conf (default 127.0.0.1).
-    #[arg(long)]
-    bind: Option<String>,
-    /// Password clients must give with AUTH or HELLO.
-    #[arg(long)]
-    requirepass: Option<String>,
-    /// Most simultaneous client connections.
-    #[arg(long)]
-    maxclients: Option<u64>,
-    /// Memory limit for the dataset: bytes or 64mb, 2gb … (0 = none).
-    #[arg(long)]
-    maxmemory: Option<String>,
-    /// What to do at maxmemory: noeviction, allkeys-lru, volatile-lru,
-    /// allkeys-random, volatile-random, volatile-ttl.
-    #[arg(long)]
-    maxmemory_policy: Option<String>,
-    /// Close clients idle for this many seconds (0 = never).
-    #[arg(long)]
-    timeout: Option<u64>,
-    /// Largest bulk string a client may send (e.g. 512mb).
-    #[arg(long)]
-    proto_max_bulk_len: Option<String>,
-    /// `normal <hard> <soft> <seconds>`.
-    #[arg(long)]
-    client_output_buffer_limit: Option<String>,
-    /// Background task frequency (expiry sweeps), per second.
-    #[arg(long)]
-    hz: Option<u64>,
-    /// debug, verbose, notice, warning, nothing.
-    #[arg(long)]
-    loglevel: Option<String>,
-    /// Accepted for redis-server compatibility: relcache never persists.
-    #[arg(long)]
-    save: Option<String>,
-    /// Accepted for redis-server compatibility: must be `no`.
-    #[arg(long)]
-    appendonly: Option<String>,
-    /// How long a lease on a missing key lasts, in milliseconds, unless the
-    /// command asks for another time (default 10000).
-    #[arg(long)]
-    lease_timeout: Option<u64>,
     /// Worker threads serving clients (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
+}
+
+/// The command line: [`Cli`] plus one `--name value` flag per configuration
+/// parameter, made from the same table the config file and CONFIG SET use, so a
+/// new parameter is a flag with no edit here.
+fn command_line() -> clap::Command {
+    PARAMS.iter().fold(Cli::command(), |cmd, p| {
+        cmd.arg(
+            clap::Arg::new(p.name)
+                .long(p.name)
+                .value_name("VALUE")
+                .help(p.help),
+        )
+    })
 }
 
 /// Every allocation is counted: INFO's used_memory and the maxmemory limit use it.
@@ -73,7 +46,8 @@ static ALLOC: relcache_server::alloc::Counting = relcache_server::alloc::Countin
 
 fn main() -> anyhow::Result<()> {
     relcache_server::alloc::mark_installed();
-    let cli = Cli::parse();
+    let matches = command_line().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let config = Config::default();
     if let Some(path) = &cli.config_file {
         let text =
@@ -84,44 +58,33 @@ fn main() -> anyhow::Result<()> {
         *config.config_file.write() =
             Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()));
     }
-    let flags: [(&str, Option<String>); 14] = [
-        ("port", cli.port.map(|p| p.to_string())),
-        ("bind", cli.bind),
-        ("requirepass", cli.requirepass),
-        ("maxclients", cli.maxclients.map(|v| v.to_string())),
-        ("maxmemory", cli.maxmemory),
-        ("maxmemory-policy", cli.maxmemory_policy),
-        ("timeout", cli.timeout.map(|v| v.to_string())),
-        ("proto-max-bulk-len", cli.proto_max_bulk_len),
-        ("client-output-buffer-limit", cli.client_output_buffer_limit),
-        ("hz", cli.hz.map(|v| v.to_string())),
-        ("loglevel", cli.loglevel),
-        ("save", cli.save),
-        ("appendonly", cli.appendonly),
-        ("lease-timeout", cli.lease_timeout.map(|v| v.to_string())),
-    ];
-    for (name, value) in flags {
-        if let Some(v) = value {
+    // Flags override the file, as in redis-server.
+    for p in PARAMS {
+        if let Some(v) = matches.get_one::<String>(p.name) {
             config
-                .set(name, &v, true)
-                .map_err(|e| anyhow::anyhow!("--{name}: {e}"))?;
+                .set(p.name, v, true)
+                .map_err(|e| anyhow::anyhow!("--{}: {e}", p.name))?;
         }
     }
 
-    let level = match config.get("loglevel").as_deref() {
-        Some("debug") => "debug",
-        Some("verbose") => "info",
-        Some("warning") => "warn",
-        Some("nothing") => "off",
-        _ => "info",
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level)),
+    // RUST_LOG, when set, chooses the filter at start; CONFIG SET loglevel replaces
+    // it either way, through the reload handle.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(config.loglevel.read().tracing_filter()));
+    let (filter, reload) = tracing_subscriber::reload::Layer::new(filter);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
         )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    config.on_loglevel_change(move |level| {
+        if let Err(e) = reload.reload(EnvFilter::new(level.tracing_filter())) {
+            tracing::warn!(error = %e, "cannot change the log level");
+        }
+    });
 
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = cli.threads {

@@ -708,3 +708,34 @@ fn every_bind_address_gets_a_listener() {
         .unwrap();
     assert_eq!(bind, vec!["bind".to_string(), "127.0.0.1 ::1".to_string()]);
 }
+
+#[test]
+fn every_help_reply_has_redis_shape() {
+    // Redis 7's addReplyHelp: a header naming the command, the subcommand lines, then
+    // HELP and its description, every line a status reply.
+    let srv = TestServer::start();
+    let mut con = srv.conn();
+    for cmd in ["CONFIG", "MEMORY", "OBJECT", "CLIENT", "COMMAND"] {
+        let help = query(&mut con, &[cmd, "HELP"]).unwrap();
+        let Value::Array(lines) = help else {
+            panic!("{cmd} HELP: {help:?}")
+        };
+        let lines: Vec<String> = lines
+            .iter()
+            .map(|l| match l {
+                Value::SimpleString(s) => s.clone(),
+                other => panic!("{cmd} HELP line is not a status reply: {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            lines[0],
+            format!("{cmd} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:")
+        );
+        assert_eq!(lines[lines.len() - 2..], ["HELP", "    Prints this help."]);
+        assert_eq!(
+            lines.iter().filter(|l| *l == "HELP").count(),
+            1,
+            "{lines:?}"
+        );
+    }
+}

@@ -1,27 +1,139 @@
 //! Configuration: the command line, redis.conf-style files, and CONFIG GET/SET.
 //!
-//! Every parameter is one row of [`PARAMS`] with a Redis name, a parser and a
-//! printer, so the config file, `--name value` flags and `CONFIG SET` all go through
-//! the same validation. Values the hot path reads (limits, timeouts) live in atomics,
-//! so a `CONFIG SET` takes effect for every connection without a lock on the read
-//! side.
+//! Every parameter is one row of [`PARAMS`] with a Redis name, a parser, a printer
+//! and its `--help` line, so the config file, the `--name value` flags (the binary
+//! builds them from this table) and `CONFIG SET` all go through the same
+//! validation. Values the hot path reads (limits, timeouts) live in atomics, so a
+//! `CONFIG SET` takes effect for every connection without a lock on the read side.
+//!
+//! No parameter is accepted and then ignored: each one either acts, or refuses the
+//! values relcache cannot honour (`save`, `appendonly`, `lazyfree-lazy-user-del`),
+//! so a client that probes them learns the truth.
 
+use std::fmt;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
 
 use parking_lot::RwLock;
 
 use crate::glob;
 
-/// Eviction policy names, in `maxmemory-policy` spelling.
-pub const POLICIES: &[&str] = &[
-    "noeviction",
-    "allkeys-lru",
-    "volatile-lru",
-    "allkeys-random",
-    "volatile-random",
-    "volatile-ttl",
-];
+/// What to do at `maxmemory` (`maxmemory-policy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EvictionPolicy {
+    NoEviction,
+    AllKeysLru,
+    VolatileLru,
+    AllKeysRandom,
+    VolatileRandom,
+    VolatileTtl,
+}
+
+impl EvictionPolicy {
+    /// Every policy, in the order Redis lists them.
+    pub const ALL: [EvictionPolicy; 6] = [
+        EvictionPolicy::NoEviction,
+        EvictionPolicy::AllKeysLru,
+        EvictionPolicy::VolatileLru,
+        EvictionPolicy::AllKeysRandom,
+        EvictionPolicy::VolatileRandom,
+        EvictionPolicy::VolatileTtl,
+    ];
+
+    /// The `maxmemory-policy` spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EvictionPolicy::NoEviction => "noeviction",
+            EvictionPolicy::AllKeysLru => "allkeys-lru",
+            EvictionPolicy::VolatileLru => "volatile-lru",
+            EvictionPolicy::AllKeysRandom => "allkeys-random",
+            EvictionPolicy::VolatileRandom => "volatile-random",
+            EvictionPolicy::VolatileTtl => "volatile-ttl",
+        }
+    }
+}
+
+impl FromStr for EvictionPolicy {
+    type Err = String;
+
+    /// Case-insensitive, as Redis reads enum values; the error is Redis's text.
+    fn from_str(s: &str) -> Result<Self, String> {
+        EvictionPolicy::ALL
+            .into_iter()
+            .find(|p| p.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                "argument(s) must be one of the following: noeviction, allkeys-lru, volatile-lru, allkeys-random, volatile-random, volatile-ttl".into()
+            })
+    }
+}
+
+impl fmt::Display for EvictionPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Redis's log levels (`loglevel`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogLevel {
+    Debug,
+    Verbose,
+    Notice,
+    Warning,
+    Nothing,
+}
+
+impl LogLevel {
+    const ALL: [LogLevel; 5] = [
+        LogLevel::Debug,
+        LogLevel::Verbose,
+        LogLevel::Notice,
+        LogLevel::Warning,
+        LogLevel::Nothing,
+    ];
+
+    /// The `loglevel` spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Verbose => "verbose",
+            LogLevel::Notice => "notice",
+            LogLevel::Warning => "warning",
+            LogLevel::Nothing => "nothing",
+        }
+    }
+
+    /// The `tracing` filter directive that logs what this level logs in Redis.
+    /// relcache logs nothing between Redis's verbose and notice, so both are `info`.
+    pub const fn tracing_filter(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Verbose | LogLevel::Notice => "info",
+            LogLevel::Warning => "warn",
+            LogLevel::Nothing => "off",
+        }
+    }
+}
+
+impl FromStr for LogLevel {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        LogLevel::ALL
+            .into_iter()
+            .find(|l| l.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                "argument(s) must be one of the following: debug, verbose, notice, warning, nothing"
+                    .into()
+            })
+    }
+}
+
+/// Called with the new level whenever `loglevel` is set (see
+/// [`Config::on_loglevel_change`]).
+type LogHook = Box<dyn Fn(LogLevel) + Send + Sync>;
 
 /// Output buffer limits of one client class (`client-output-buffer-limit`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,8 +152,8 @@ pub struct Config {
     pub requirepass: RwLock<Option<String>>,
     pub maxclients: AtomicU64,
     pub maxmemory: AtomicU64,
-    /// Index into [`POLICIES`].
-    pub maxmemory_policy: AtomicU64,
+    /// Read only when memory is over the limit, so a lock costs nothing that matters.
+    pub maxmemory_policy: RwLock<EvictionPolicy>,
     pub maxmemory_samples: AtomicU64,
     /// Idle client timeout in seconds (0 = never).
     pub timeout: AtomicU64,
@@ -51,9 +163,13 @@ pub struct Config {
     output_soft: AtomicU64,
     output_soft_seconds: AtomicU64,
     pub hz: AtomicU64,
-    pub loglevel: RwLock<String>,
+    pub loglevel: RwLock<LogLevel>,
+    /// How the process applies a new `loglevel` (installed by the binary, which owns
+    /// the log subscriber); `None` in a library embedding, where the level is only
+    /// recorded.
+    log_hook: RwLock<Option<LogHook>>,
+    /// Seconds of idle before keepalive probes on accepted sockets (0 = off).
     pub tcp_keepalive: AtomicU64,
-    pub lazyfree_lazy_user_del: AtomicBool,
     /// How long a lease on a missing key lasts unless its command says (ms): the
     /// longest a crashed filler can make others wait.
     pub lease_timeout: AtomicU64,
@@ -76,7 +192,8 @@ impl Default for Config {
             requirepass: RwLock::new(None),
             maxclients: AtomicU64::new(10_000),
             maxmemory: AtomicU64::new(0),
-            maxmemory_policy: AtomicU64::new(1), // allkeys-lru: a cache evicts by default
+            // A cache evicts by default.
+            maxmemory_policy: RwLock::new(EvictionPolicy::AllKeysLru),
             maxmemory_samples: AtomicU64::new(5),
             timeout: AtomicU64::new(0),
             proto_max_bulk_len: AtomicU64::new(512 * 1024 * 1024),
@@ -89,9 +206,9 @@ impl Default for Config {
             output_soft: AtomicU64::new(64 * 1024 * 1024),
             output_soft_seconds: AtomicU64::new(60),
             hz: AtomicU64::new(10),
-            loglevel: RwLock::new("notice".into()),
+            loglevel: RwLock::new(LogLevel::Notice),
+            log_hook: RwLock::new(None),
             tcp_keepalive: AtomicU64::new(300),
-            lazyfree_lazy_user_del: AtomicBool::new(false),
             lease_timeout: AtomicU64::new(10_000),
             lease_max_ttl: AtomicU64::new(60_000),
             lease_max_count: AtomicU64::new(100_000),
@@ -117,6 +234,8 @@ pub struct Param {
     pub name: &'static str,
     /// Whether CONFIG SET may change it at run time.
     pub mutable: bool,
+    /// One line for the binary's `--help`.
+    pub help: &'static str,
     get: Getter,
     set: Setter,
 }
@@ -172,12 +291,14 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "port",
         mutable: false,
+        help: "TCP port to listen on (0 picks a free one; the log says which)",
         get: |c| get_u(&c.port),
         set: |c, v| set_u(&c.port, v, 0, 65535),
     },
     Param {
         name: "bind",
         mutable: false,
+        help: "Addresses to listen on, space-separated as in redis.conf (default 127.0.0.1)",
         get: |c| {
             let b = c.bind.read();
             b.iter()
@@ -201,6 +322,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "requirepass",
         mutable: true,
+        help: "Password clients must give with AUTH or HELLO",
         get: |c| c.requirepass.read().clone().unwrap_or_default(),
         set: |c, v| {
             *c.requirepass.write() = (!v.is_empty()).then(|| v.to_string());
@@ -210,56 +332,59 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "maxclients",
         mutable: true,
+        help: "Most simultaneous client connections",
         get: |c| get_u(&c.maxclients),
         set: |c, v| set_u(&c.maxclients, v, 1, u32::MAX as u64),
     },
     Param {
         name: "maxmemory",
         mutable: true,
+        help: "Memory limit for the dataset: bytes or 64mb, 2gb … (0 = none)",
         get: |c| get_u(&c.maxmemory),
         set: |c, v| set_mem(&c.maxmemory, v),
     },
     Param {
         name: "maxmemory-policy",
         mutable: true,
-        get: |c| POLICIES[c.maxmemory_policy.load(Relaxed) as usize].to_string(),
+        help: "What to do at maxmemory: noeviction, allkeys-lru, volatile-lru, allkeys-random, volatile-random, volatile-ttl",
+        get: |c| c.policy().as_str().into(),
         set: |c, v| {
-            let lower = v.to_ascii_lowercase();
-            let i = POLICIES
-                .iter()
-                .position(|p| *p == lower)
-                .ok_or("argument(s) must be one of the following: noeviction, allkeys-lru, volatile-lru, allkeys-random, volatile-random, volatile-ttl")?;
-            c.maxmemory_policy.store(i as u64, Relaxed);
+            *c.maxmemory_policy.write() = v.parse()?;
             Ok(())
         },
     },
     Param {
         name: "maxmemory-samples",
         mutable: true,
+        help: "Keys sampled per eviction round (1-64)",
         get: |c| get_u(&c.maxmemory_samples),
         set: |c, v| set_u(&c.maxmemory_samples, v, 1, 64),
     },
     Param {
         name: "timeout",
         mutable: true,
+        help: "Close clients idle for this many seconds (0 = never)",
         get: |c| get_u(&c.timeout),
         set: |c, v| set_u(&c.timeout, v, 0, i32::MAX as u64),
     },
     Param {
         name: "proto-max-bulk-len",
         mutable: true,
+        help: "Largest bulk string a client may send (e.g. 512mb)",
         get: |c| get_u(&c.proto_max_bulk_len),
         set: |c, v| set_mem_min(&c.proto_max_bulk_len, v, 1024 * 1024),
     },
     Param {
         name: "client-query-buffer-limit",
         mutable: true,
+        help: "Most unparsed request bytes one client may have buffered (e.g. 1gb)",
         get: |c| get_u(&c.client_query_buffer_limit),
         set: |c, v| set_mem_min(&c.client_query_buffer_limit, v, 1024 * 1024),
     },
     Param {
         name: "client-output-buffer-limit",
         mutable: true,
+        help: "`normal <hard> <soft> <seconds>`: pending reply bytes before a client is closed",
         get: |c| {
             let l = c.output_limit();
             format!(
@@ -308,60 +433,65 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "hz",
         mutable: true,
+        help: "Background task frequency (expiry sweeps), per second",
         get: |c| get_u(&c.hz),
         set: |c, v| set_u(&c.hz, v, 1, 500),
     },
     Param {
         name: "loglevel",
         mutable: true,
-        get: |c| c.loglevel.read().clone(),
+        help: "debug, verbose, notice, warning, nothing (RUST_LOG, when set, decides at start)",
+        get: |c| c.loglevel.read().as_str().into(),
         set: |c, v| {
-            let v = v.to_ascii_lowercase();
-            if !["debug", "verbose", "notice", "warning", "nothing"].contains(&v.as_str()) {
-                return Err("argument(s) must be one of the following: debug, verbose, notice, warning, nothing".into());
+            let level = v.parse()?;
+            *c.loglevel.write() = level;
+            if let Some(hook) = &*c.log_hook.read() {
+                hook(level);
             }
-            *c.loglevel.write() = v;
             Ok(())
         },
     },
     Param {
         name: "tcp-keepalive",
         mutable: true,
+        help: "Send TCP keepalive probes to clients idle this many seconds (0 = off)",
         get: |c| get_u(&c.tcp_keepalive),
         set: |c, v| set_u(&c.tcp_keepalive, v, 0, i32::MAX as u64),
     },
     Param {
         name: "lease-timeout",
         mutable: true,
+        help: "How long a lease on a missing key lasts, in milliseconds, unless the command asks for another time",
         get: |c| get_u(&c.lease_timeout),
         set: |c, v| set_u(&c.lease_timeout, v, 1, i32::MAX as u64),
     },
     Param {
         name: "lease-max-ttl",
         mutable: true,
+        help: "The longest lease a command may ask for, in milliseconds",
         get: |c| get_u(&c.lease_max_ttl),
         set: |c, v| set_u(&c.lease_max_ttl, v, 1, i32::MAX as u64),
     },
     Param {
         name: "lease-max-count",
         mutable: true,
+        help: "Most leases out at once; more are refused",
         get: |c| get_u(&c.lease_max_count),
         set: |c, v| set_u(&c.lease_max_count, v, 1, i64::MAX as u64),
     },
     Param {
         name: "lazyfree-lazy-user-del",
         mutable: true,
-        get: |c| {
-            if c.lazyfree_lazy_user_del.load(Relaxed) {
-                "yes"
+        help: "Accepted for redis-server compatibility: must be `no` (deleted values are freed at once)",
+        // DEL and UNLINK both free the value before they reply; saying yes here
+        // would promise a background free that never happens.
+        get: |_| "no".into(),
+        set: |_, v| {
+            if yes_no(v)? {
+                Err("relcache frees deleted values at once; lazyfree-lazy-user-del is always no".into())
             } else {
-                "no"
+                Ok(())
             }
-            .into()
-        },
-        set: |c, v| {
-            c.lazyfree_lazy_user_del.store(yes_no(v)?, Relaxed);
-            Ok(())
         },
     },
     // Persistence does not exist in a cache; clients probe these on connect, and a
@@ -369,6 +499,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "save",
         mutable: true,
+        help: "Accepted for redis-server compatibility: relcache never persists",
         get: |_| String::new(),
         set: |_, v| {
             if v.trim().is_empty() {
@@ -381,6 +512,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "appendonly",
         mutable: true,
+        help: "Accepted for redis-server compatibility: must be `no`",
         get: |_| "no".into(),
         set: |_, v| {
             if yes_no(v)? {
@@ -393,6 +525,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "databases",
         mutable: false,
+        help: "Accepted for redis-server compatibility: must be 1",
         get: |_| "1".into(),
         set: |_, v| {
             if v == "1" {
@@ -469,9 +602,29 @@ impl Config {
         }
     }
 
-    /// The policy name in force.
-    pub fn policy(&self) -> &'static str {
-        POLICIES[self.maxmemory_policy.load(Relaxed) as usize]
+    /// The eviction policy in force.
+    pub fn policy(&self) -> EvictionPolicy {
+        *self.maxmemory_policy.read()
+    }
+
+    /// Has `hook` applied every later change of `loglevel` (the binary installs one
+    /// that reloads its log filter), so `CONFIG SET loglevel` changes what is logged.
+    pub fn on_loglevel_change(&self, hook: impl Fn(LogLevel) + Send + Sync + 'static) {
+        *self.log_hook.write() = Some(Box::new(hook));
+    }
+
+    /// The keepalive settings for accepted sockets under the current `tcp-keepalive`
+    /// (`None` when 0), as Redis's `anetKeepAlive` sets them: the first probe after
+    /// that many idle seconds, then every third of it, and the peer is dropped after
+    /// three unanswered probes — so a dead client goes in about twice the interval.
+    pub fn keepalive(&self) -> Option<socket2::TcpKeepalive> {
+        let secs = self.tcp_keepalive.load(Relaxed);
+        (secs > 0).then(|| {
+            socket2::TcpKeepalive::new()
+                .with_time(Duration::from_secs(secs))
+                .with_interval(Duration::from_secs((secs / 3).max(1)))
+                .with_retries(3)
+        })
     }
 }
 
@@ -533,7 +686,8 @@ mod tests {
         );
         assert!(c.set("maxmemory-policy", "sometimes", false).is_err());
         c.set("maxmemory-policy", "NOEVICTION", false).unwrap();
-        assert_eq!(c.policy(), "noeviction");
+        assert_eq!(c.policy(), EvictionPolicy::NoEviction);
+        assert_eq!(c.get("maxmemory-policy").unwrap(), "noeviction");
         assert!(c.set("port", "1", false).is_err(), "immutable at run time");
         c.set("client-output-buffer-limit", "normal 1mb 0 0", false)
             .unwrap();
@@ -548,5 +702,41 @@ mod tests {
         assert_eq!(c.maxclients.load(Relaxed), 7);
         assert_eq!(c.requirepass.read().as_deref(), Some("a b"));
         assert!(c.load_file("maxclients \"7").is_err());
+    }
+
+    #[test]
+    fn policies_and_levels_round_trip_their_names() {
+        for p in EvictionPolicy::ALL {
+            assert_eq!(p.as_str().to_uppercase().parse::<EvictionPolicy>(), Ok(p));
+        }
+        assert!("allkeys-lfu".parse::<EvictionPolicy>().is_err());
+        for l in LogLevel::ALL {
+            assert_eq!(l.as_str().parse::<LogLevel>(), Ok(l));
+        }
+        assert_eq!(LogLevel::Warning.tracing_filter(), "warn");
+        assert_eq!(LogLevel::Nothing.tracing_filter(), "off");
+    }
+
+    #[test]
+    fn loglevel_changes_reach_the_hook() {
+        use std::sync::{Arc, Mutex};
+        let c = Config::default();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        c.on_loglevel_change(move |l| s.lock().unwrap().push(l));
+        c.set("loglevel", "debug", false).unwrap();
+        assert!(c.set("loglevel", "loud", false).is_err());
+        c.set("loglevel", "Nothing", false).unwrap();
+        assert_eq!(*seen.lock().unwrap(), [LogLevel::Debug, LogLevel::Nothing]);
+        assert_eq!(c.get("loglevel").unwrap(), "nothing");
+    }
+
+    #[test]
+    fn keepalive_is_off_at_zero() {
+        let c = Config::default();
+        c.set("tcp-keepalive", "0", false).unwrap();
+        assert!(c.keepalive().is_none());
+        c.set("tcp-keepalive", "2", false).unwrap();
+        assert!(c.keepalive().is_some());
     }
 }

@@ -16,6 +16,7 @@ pub mod db;
 pub mod error;
 pub mod glob;
 pub mod listen;
+mod longdouble;
 pub mod offload;
 pub mod server;
 pub mod session;

@@ -73,6 +73,9 @@ async fn accept_loop(listener: TcpListener, server: Arc<Server>, tracker: TaskTr
             }
         };
         let _ = stream.set_nodelay(true);
+        if let Some(keepalive) = server.config.keepalive() {
+            let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
+        }
         server.stats.total_connections_received.incr();
         let max = server.config.maxclients.load(Relaxed) as usize;
         match server.clients.register(addr, local_addr, &shutdown, max) {

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cmd::registry;
 use crate::config::Config;
-use crate::db::evict::{Evictor, Policy};
+use crate::db::evict::Evictor;
 use crate::db::{Db, View};
 use crate::error::CmdError;
 use crate::session::Clients;
@@ -81,7 +81,7 @@ impl Server {
         if max == 0 || self.used_memory() + incoming <= max {
             return Ok(());
         }
-        let policy = Policy::from_name(self.config.policy()).unwrap_or(Policy::NoEviction);
+        let policy = self.config.policy();
         let samples = self.config.maxmemory_samples.load(Relaxed) as usize;
         let (evicted, still_over) = self.evictor.evict(&self.db, policy, samples, || {
             self.used_memory() + incoming > max

@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use bytes::Bytes;
 use relcache_protocol::resp::{Frame, Protocol};
 
+use super::introspect::help_reply;
 use super::spec::{self, CommandSpec, Group};
 use super::{eq_ic, parse_i64, parse_i64_opt, transactions, Ctx};
 use crate::blocking::Unblock;
@@ -220,18 +221,6 @@ const CLIENT: &[CommandSpec] = &[
         ..CommandSpec::DEFAULT
     },
 ];
-
-/// A `<CMD> HELP` reply: Redis's header line, `lines`, and the HELP entry, each a
-/// status reply.
-pub(super) fn help_reply(cmd: &str, lines: &[&'static str]) -> Frame {
-    let header = format!("{cmd} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:");
-    let mut out = Vec::with_capacity(lines.len() + 3);
-    out.push(Frame::simple(header));
-    out.extend(lines.iter().map(|&l| Frame::simple(l)));
-    out.push(Frame::simple("HELP"));
-    out.push(Frame::simple("    Prints this help."));
-    Frame::Array(out)
-}
 
 fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

@@ -16,7 +16,6 @@
 use bytes::Bytes;
 use relcache_protocol::resp::Frame;
 
-use super::connection::help_reply;
 use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64_opt, registry, Ctx};
 use crate::error::{CmdError, CmdResult};
@@ -474,6 +473,19 @@ fn command_getkeysandflags(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             })
             .collect(),
     ))
+}
+
+/// Every `<CMD> HELP` reply, built here so they share Redis's exact shape (its
+/// `addReplyHelp`): the header line, `lines` (each subcommand and its indented
+/// description), then the HELP entry, each a status reply.
+pub(super) fn help_reply(cmd: &str, lines: &[&'static str]) -> Frame {
+    let header = format!("{cmd} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:");
+    let mut out = Vec::with_capacity(lines.len() + 3);
+    out.push(Frame::simple(header));
+    out.extend(lines.iter().map(|&l| Frame::simple(l)));
+    out.push(Frame::simple("HELP"));
+    out.push(Frame::simple("    Prints this help."));
+    Frame::Array(out)
 }
 
 fn command_help(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {

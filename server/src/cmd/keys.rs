@@ -14,6 +14,7 @@ use rand::Rng;
 use relcache_protocol::resp::Frame;
 
 use super::ids::parse_cursor;
+use super::introspect::help_reply;
 use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, parse_i64_opt, Ctx};
 use crate::db::{Entry, ShardMap, View, SHARDS};
@@ -592,29 +593,22 @@ fn object_refcount(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     })
 }
 
-const OBJECT_HELP: &[&str] = &[
-    "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-    "ENCODING <key>",
-    "    Return the kind of internal representation used to store the value of",
-    "    <key>.",
-    "FREQ <key>",
-    "    Return the access frequency index of <key>; needs an LFU maxmemory policy,",
-    "    which relcache does not offer.",
-    "IDLETIME <key>",
-    "    Return the idle time of <key>: the approximate number of seconds since it",
-    "    was last accessed.",
-    "REFCOUNT <key>",
-    "    Return the number of references to the value stored at <key>.",
-    "HELP",
-    "    Print this help.",
-];
-
 fn object_help(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
-    Ok(Frame::Array(
-        OBJECT_HELP
-            .iter()
-            .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
-            .collect(),
+    Ok(help_reply(
+        "OBJECT",
+        &[
+            "ENCODING <key>",
+            "    Return the kind of internal representation used to store the value of",
+            "    <key>.",
+            "FREQ <key>",
+            "    Return the access frequency index of <key>; needs an LFU maxmemory policy,",
+            "    which relcache does not offer.",
+            "IDLETIME <key>",
+            "    Return the idle time of <key>: the approximate number of seconds since it",
+            "    was last accessed.",
+            "REFCOUNT <key>",
+            "    Return the number of references to the value stored at <key>.",
+        ],
     ))
 }
 

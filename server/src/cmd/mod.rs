@@ -12,14 +12,17 @@
 
 pub mod spec;
 
+mod config;
 mod connection;
 mod docs;
 mod expire;
 pub mod ids;
 mod idset;
+mod info;
 mod introspect;
 mod keys;
 mod lease;
+mod memory;
 mod server;
 mod setcore;
 mod sets;
@@ -43,14 +46,17 @@ use crate::session::Session;
 pub use spec::{CommandSpec, Group, Keys};
 
 /// Every top-level command family's table.
-fn families() -> [&'static [CommandSpec]; 10] {
+fn families() -> [&'static [CommandSpec]; 13] {
     [
+        config::COMMANDS,
         connection::COMMANDS,
         expire::COMMANDS,
         idset::COMMANDS,
+        info::COMMANDS,
         introspect::COMMANDS,
         keys::COMMANDS,
         lease::COMMANDS,
+        memory::COMMANDS,
         server::COMMANDS,
         sets::COMMANDS,
         strings::COMMANDS,

@@ -19,31 +19,10 @@ use parking_lot::Mutex;
 use rand::Rng;
 
 use super::{Db, Entry, Key, SHARDS};
+use crate::config::EvictionPolicy as Policy;
 
-/// The `maxmemory-policy` values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Policy {
-    NoEviction,
-    AllKeysLru,
-    VolatileLru,
-    AllKeysRandom,
-    VolatileRandom,
-    VolatileTtl,
-}
-
+/// What the evictor asks of a policy (the type itself is configuration).
 impl Policy {
-    pub fn from_name(name: &str) -> Option<Policy> {
-        Some(match name {
-            "noeviction" => Policy::NoEviction,
-            "allkeys-lru" => Policy::AllKeysLru,
-            "volatile-lru" => Policy::VolatileLru,
-            "allkeys-random" => Policy::AllKeysRandom,
-            "volatile-random" => Policy::VolatileRandom,
-            "volatile-ttl" => Policy::VolatileTtl,
-            _ => return None,
-        })
-    }
-
     fn volatile_only(self) -> bool {
         matches!(
             self,

@@ -1,0 +1,269 @@
+//! End-to-end tests of typed configuration against the real binary: every
+//! parameter of the one table is a command-line flag, and the knobs that used to be
+//! stored and ignored now act (`tcp-keepalive`, `loglevel`) or refuse what
+//! relcache cannot do (`lazyfree-lazy-user-del`).
+
+mod harness;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use harness::{server_bin, TestServer};
+use redis::Connection;
+
+fn config_get(con: &mut Connection, name: &str) -> String {
+    let v: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(name)
+        .query(con)
+        .unwrap();
+    assert_eq!(v.len(), 2, "{v:?}");
+    v[1].clone()
+}
+
+fn config_set(con: &mut Connection, name: &str, value: &str) -> redis::RedisResult<()> {
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(name)
+        .arg(value)
+        .query(con)
+}
+
+#[test]
+fn every_parameter_is_a_command_line_flag() {
+    // lease-max-count, lease-max-ttl, maxmemory-samples, client-query-buffer-limit
+    // and tcp-keepalive had no flag while main.rs kept its own list.
+    let srv = TestServer::start_with(&[
+        "--lease-max-count",
+        "5",
+        "--lease-max-ttl",
+        "7000",
+        "--maxmemory-samples",
+        "9",
+        "--client-query-buffer-limit",
+        "2mb",
+        "--tcp-keepalive",
+        "100",
+    ]);
+    let mut con = srv.conn();
+    assert_eq!(config_get(&mut con, "lease-max-count"), "5");
+    assert_eq!(config_get(&mut con, "lease-max-ttl"), "7000");
+    assert_eq!(config_get(&mut con, "maxmemory-samples"), "9");
+    assert_eq!(
+        config_get(&mut con, "client-query-buffer-limit"),
+        (2u64 << 20).to_string()
+    );
+    assert_eq!(config_get(&mut con, "tcp-keepalive"), "100");
+
+    // And `--help` documents a flag for every parameter CONFIG GET knows.
+    let help = Command::new(server_bin()).arg("--help").output().unwrap();
+    assert!(help.status.success());
+    let help = String::from_utf8(help.stdout).unwrap();
+    let all: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("*")
+        .query(&mut con)
+        .unwrap();
+    for name in all.iter().step_by(2) {
+        assert!(
+            help.contains(&format!("--{name} <")),
+            "--help lacks --{name}"
+        );
+    }
+}
+
+#[test]
+fn a_refused_flag_stops_the_server_with_the_reason() {
+    for (args, why) in [
+        (
+            ["--lazyfree-lazy-user-del", "yes"],
+            "lazyfree-lazy-user-del is always no",
+        ),
+        (["--lease-max-count", "0"], "argument must be between 1"),
+        (["--maxmemory-policy", "allkeys-lfu"], "must be one of"),
+    ] {
+        let out = Command::new(server_bin())
+            .args(["--port", "0"])
+            .args(args)
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(
+            stderr.contains(&format!("{}:", args[0])) && stderr.contains(why),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn lazyfree_is_refused_rather_than_ignored() {
+    let srv = TestServer::start();
+    let mut con = srv.conn();
+    let e = config_set(&mut con, "lazyfree-lazy-user-del", "yes").unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("relcache frees deleted values at once"),
+        "{e}"
+    );
+    assert_eq!(config_get(&mut con, "lazyfree-lazy-user-del"), "no");
+    config_set(&mut con, "lazyfree-lazy-user-del", "no").unwrap();
+    assert!(config_set(&mut con, "lazyfree-lazy-user-del", "maybe").is_err());
+}
+
+#[test]
+fn maxmemory_policy_reads_back_as_set() {
+    let srv = TestServer::start_with(&["--maxmemory-policy", "VOLATILE-TTL"]);
+    let mut con = srv.conn();
+    assert_eq!(config_get(&mut con, "maxmemory-policy"), "volatile-ttl");
+    config_set(&mut con, "maxmemory-policy", "allkeys-random").unwrap();
+    assert_eq!(config_get(&mut con, "maxmemory-policy"), "allkeys-random");
+    let info: String = redis::cmd("INFO").arg("memory").query(&mut con).unwrap();
+    assert!(
+        info.contains("maxmemory_policy:allkeys-random\r\n"),
+        "{info}"
+    );
+}
+
+/// The kernel's view of the server side of `client`'s connection to `port`:
+/// (timer kind, ticks until it fires) from /proc/net/tcp, where kind 2 is the
+/// keepalive timer and ticks are USER_HZ (1/100 s).
+fn server_side_timer(port: u16, client: &TcpStream) -> (u8, u64) {
+    let peer = client.local_addr().unwrap().port();
+    let local = format!(":{port:04X} ");
+    let remote = format!(":{peer:04X} ");
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("Linux /proc/net/tcp");
+    let line = table
+        .lines()
+        .find(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 5
+                && format!("{} ", f[1]).ends_with(&local)
+                && format!("{} ", f[2]).ends_with(&remote)
+        })
+        .unwrap_or_else(|| panic!("no server socket {port} <- {peer} in\n{table}"));
+    let timer = line.split_whitespace().nth(5).unwrap();
+    let (kind, when) = timer.split_once(':').unwrap();
+    (
+        u8::from_str_radix(kind, 16).unwrap(),
+        u64::from_str_radix(when, 16).unwrap(),
+    )
+}
+
+/// A connection that has been accepted and served (a PING answered), with the
+/// server side's timer once no retransmission is pending.
+fn connect_and_read_timer(port: u16) -> (TcpStream, (u8, u64)) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"PING\r\n").unwrap();
+    let mut buf = [0u8; 7];
+    s.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"+PONG\r\n");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let t = server_side_timer(port, &s);
+        // Kind 1 is a retransmission or probe timer: the PONG not yet acknowledged.
+        if t.0 != 1 || Instant::now() > deadline {
+            return (s, t);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn tcp_keepalive_is_set_on_accepted_sockets() {
+    let srv = TestServer::start_with(&["--tcp-keepalive", "100"]);
+    let (_first, (kind, when)) = connect_and_read_timer(srv.port);
+    assert_eq!(kind, 2, "keepalive timer armed");
+    assert!(
+        (5_000..=10_000).contains(&when),
+        "first probe in ~100 s: {when}"
+    );
+
+    // CONFIG SET applies to connections accepted after it, as in Redis.
+    let mut con = srv.conn();
+    config_set(&mut con, "tcp-keepalive", "20").unwrap();
+    let (_second, (kind, when)) = connect_and_read_timer(srv.port);
+    assert_eq!(kind, 2);
+    assert!(when <= 2_000, "first probe in ~20 s: {when}");
+
+    config_set(&mut con, "tcp-keepalive", "0").unwrap();
+    let (_third, (kind, _)) = connect_and_read_timer(srv.port);
+    assert_eq!(kind, 0, "no keepalive when tcp-keepalive is 0");
+}
+
+/// Polls the server's log until `pred` holds.
+fn wait_log(srv: &TestServer, what: &str, pred: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = srv.log();
+        if pred(&log) {
+            return log;
+        }
+        assert!(Instant::now() < deadline, "{what}; log:\n{log}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends a malformed frame; the server logs the protocol error at debug level
+/// before it closes the connection, so once the close is seen the line is written.
+fn protocol_error(port: u16) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"*1\r\n$x\r\n").unwrap();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+}
+
+#[test]
+fn config_set_loglevel_changes_what_is_logged() {
+    let dir = std::env::temp_dir().join(format!("relcache-loglevel-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("redis.conf");
+    std::fs::write(&path, "maxclients 100\n").unwrap();
+    // The harness sets RUST_LOG=info: CONFIG SET replaces that filter too.
+    let srv = TestServer::start_with(&["--", path.to_str().unwrap()]);
+    let mut con = srv.conn();
+    const DEBUG_LINE: &str = "protocol error, closing";
+    const INFO_LINE: &str = "CONFIG REWRITE executed with success";
+    let count = |log: &str, line: &str| log.matches(line).count();
+    let rewrite = |con: &mut Connection| {
+        redis::cmd("CONFIG")
+            .arg("REWRITE")
+            .query::<()>(con)
+            .unwrap()
+    };
+
+    config_set(&mut con, "loglevel", "debug").unwrap();
+    assert_eq!(config_get(&mut con, "loglevel"), "debug");
+    protocol_error(srv.port);
+    wait_log(&srv, "debug is logged at loglevel debug", |l| {
+        count(l, DEBUG_LINE) == 1
+    });
+
+    // warning: neither info nor debug lines; nothing: no lines at all.
+    config_set(&mut con, "loglevel", "WARNING").unwrap();
+    assert_eq!(config_get(&mut con, "loglevel"), "warning");
+    rewrite(&mut con);
+    protocol_error(srv.port);
+    config_set(&mut con, "loglevel", "nothing").unwrap();
+    rewrite(&mut con);
+
+    // notice: info lines again, debug still not. Log lines are written in order, so
+    // once this rewrite's line is there, any earlier one would be too.
+    config_set(&mut con, "loglevel", "notice").unwrap();
+    protocol_error(srv.port);
+    rewrite(&mut con);
+    let log = wait_log(&srv, "info is logged at loglevel notice", |l| {
+        count(l, INFO_LINE) >= 1
+    });
+    assert_eq!(count(&log, INFO_LINE), 1, "{log}");
+    assert_eq!(count(&log, DEBUG_LINE), 1, "{log}");
+
+    assert!(config_set(&mut con, "loglevel", "loud").is_err());
+    drop(srv);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
