@@ -1090,7 +1090,8 @@ fn whole_value_writes_of_a_table_store_an_idset() {
     let s = TestServer::start();
     let mut con = s.conn();
     let table = relcache_protocol::idset::Builder::new().build(&[7, 8, 9]);
-    // SETEX and MSET take tables like SET does; GET-like reads return the bytes.
+    // SETEX and MSET take tables like SET does; the bytes read back with IDSET.TABLE,
+    // while GET and its variants say WRONGTYPE and MGET reads nil, as in Redis.
     assert_eq!(
         run(&mut con, &[b"SETEX", b"a", b"100", &table]),
         Ok(Value::Okay)
@@ -1105,17 +1106,19 @@ fn whole_value_writes_of_a_table_store_an_idset() {
             Ok(Value::SimpleString("set".into()))
         );
         assert_eq!(int(&mut con, &["IDSET.EXISTS", key, "8"]), 1);
-        assert_eq!(bulk(&mut con, &["GET", key]).unwrap(), table);
+        assert_eq!(bulk(&mut con, &["IDSET.TABLE", key]).unwrap(), table);
+        assert_eq!(err(&mut con, &["GET", key]), WRONGTYPE);
     }
     assert!(int(&mut con, &["TTL", "a"]) > 90);
     assert_eq!(
         q(&mut con, &["MGET", "a", "c"]),
         Ok(Value::Array(vec![
-            Value::BulkString(table.clone()),
+            Value::Nil,
             Value::BulkString(b"plain".to_vec())
         ]))
     );
-    assert_eq!(bulk(&mut con, &["GETDEL", "b"]).unwrap(), table);
+    assert_eq!(err(&mut con, &["GETDEL", "b"]), WRONGTYPE);
+    assert!(exists(&mut con, "b"), "a refused GETDEL deletes nothing");
     // An invalid table is refused and nothing of the command is written.
     let mut bad = table.clone();
     bad.truncate(bad.len() - 1);
