@@ -13,9 +13,9 @@ use harness::mariadb::{self, relation_store, MariaDb};
 use harness::TestServer;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use relcache_client::relation::service::{Relations, RelationsConfig};
-use relcache_client::relation::{Cursor, Relation};
 use relcache_client::{build_table, Cmd, LeaseOpts, Leased, LoadOpts, Pool, PoolConfig};
+use relcache_relation::service::{Relations, RelationsConfig};
+use relcache_relation::{Cursor, Relation};
 
 const SHARDS: u32 = 8;
 
@@ -39,7 +39,7 @@ async fn tier_with(
     server: &TestServer,
     db: &MariaDb,
     test: &str,
-    configure: impl FnOnce(&mut relcache_client::relation::StoreConfig),
+    configure: impl FnOnce(&mut relcache_relation::StoreConfig),
 ) -> Relations {
     let store = relation_store(db.url(), test, SHARDS, configure).await;
     let config = RelationsConfig {
@@ -320,7 +320,7 @@ async fn a_commit_whose_outcome_is_unknown_leaves_no_stale_set() {
             assert!(cut.is_err(), "the caller gave up while the commit was held");
         } else {
             let err = t.follow(a, b).await.unwrap_err();
-            let relcache_client::relation::service::RelationError::Store(err) = err else {
+            let relcache_relation::service::RelationError::Store(err) = err else {
                 panic!("a store error")
             };
             assert!(err.is_outcome_unknown(), "{err}");
@@ -677,7 +677,7 @@ async fn mysql_killed_mid_run_gives_errors_not_wrong_answers() {
 async fn retry<T, F, Fut>(mut call: F) -> T
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, relcache_client::relation::service::RelationError>>,
+    Fut: std::future::Future<Output = Result<T, relcache_relation::service::RelationError>>,
 {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

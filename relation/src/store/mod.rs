@@ -167,7 +167,7 @@ impl Table {
 /// Follow relations in sharded MySQL. Cheap to clone (the pools are shared).
 ///
 /// ```no_run
-/// use relcache_client::relation::{schema, ShardMap, Store, StoreConfig};
+/// use relcache_relation::{schema, ShardMap, Store, StoreConfig};
 ///
 /// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

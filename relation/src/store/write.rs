@@ -4,7 +4,7 @@
 //! [`store`](super) module docs, under "Writes".
 
 use super::{now_micros, Deadline, Inner, Session, Store, StoreError, Table, Txn, Txns};
-use crate::relation::shards::ShardMap;
+use crate::shards::ShardMap;
 
 /// What [`Store::follow`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

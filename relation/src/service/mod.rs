@@ -48,8 +48,8 @@ use relcache_protocol::idset::TableRef;
 
 use super::guard::Guard;
 use super::store::{Cursor, FollowOutcome, Page, Relation, Store, StoreError, UnfollowOutcome};
-use crate::{Cmd, Frame, LeaseOpts, Leased, Pool};
 use cache::NoConn;
+use relcache_client::{Cmd, Frame, LeaseOpts, Leased, Pool};
 
 /// How the service uses the cache.
 #[derive(Clone, Debug)]

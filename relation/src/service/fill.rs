@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use bytes::Bytes;
 
 use super::{Filled, FilledSet, RelationError, Relations};
-use crate::{build_table, Cmd, LeaseOpts, Leased, LoadOpts, Pool, PooledConn};
+use relcache_client::{build_table, Cmd, LeaseOpts, Leased, LoadOpts, Pool, PooledConn};
 
 /// Leases this caller holds while it reads MySQL. If the caller's future is
 /// dropped before they are settled (filled or released), they are released from a
