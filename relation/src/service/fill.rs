@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
 
-use super::{Filled, FilledSet, RelationError, Relations};
+use super::{FilledSet, RelationError, Relations};
 use relcache_client::{build_table, Cmd, LeaseOpts, Leased, LoadOpts, Pool, PooledConn};
 
 /// Leases this caller holds while it reads MySQL. If the caller's future is
@@ -90,31 +90,6 @@ impl Relations {
             Err(_) => 0,
         };
         Ok(FilledSet { ids, table })
-    }
-
-    /// After a miss that did not ask for a lease: asks for it on `conn`, waiting if
-    /// someone else holds it, and fills the set if granted.
-    pub(super) async fn lease_and_fill(
-        &self,
-        mut conn: PooledConn,
-        user: u64,
-    ) -> Result<Filled, RelationError> {
-        let lease = Cmd::idset_lease(self.cache_key(user), self.lease_opts());
-        match self.call(&mut conn, lease).await {
-            Ok(Leased::Granted(token)) => {
-                Ok(Filled::Ids(self.fill(&mut conn, user, token).await?.ids))
-            }
-            Ok(Leased::Hit(())) => Ok(Filled::Present),
-            Ok(Leased::Busy) => {
-                drop(conn);
-                self.stats.busy_reads.fetch_add(1, Relaxed);
-                Ok(Filled::Ids(self.store.following_ids(user).await?))
-            }
-            Err(_) => {
-                drop(conn);
-                Ok(Filled::Ids(self.store.following_ids(user).await?))
-            }
-        }
     }
 
     /// Fills many missing sets at once: leases asked for in one pipeline, the sets
