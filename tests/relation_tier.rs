@@ -424,6 +424,102 @@ async fn a_fill_abandoned_midway_releases_its_lease() {
     assert!(t.is_following(81, 82).await.unwrap());
 }
 
+/// A fill the cache refuses gives its lease back at once. Memory fills up while
+/// the lease holder reads MySQL, so its `IDSET.LOAD` (a denyoom command) gets
+/// `-OOM`: a reader parked on that lease must be answered well before the lease
+/// would lapse, and both readers get MySQL's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_refused_for_memory_releases_its_lease() {
+    let server =
+        TestServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"]);
+    let mut db = MariaDb::start();
+    let store = relation_store(db.url(), "oom_fill", SHARDS, |c| {
+        // The pause below must not fail the filler's MySQL read.
+        c.connect_timeout = Duration::from_secs(30);
+        c.query_timeout = Duration::from_secs(30);
+    })
+    .await;
+    let lease_ttl = Duration::from_secs(20);
+    let config = RelationsConfig {
+        lease_ttl,
+        lease_wait: Duration::from_secs(30),
+        ..RelationsConfig::default()
+    };
+    let t = Arc::new(Relations::new(pool(&server), store, config));
+    let a = 91;
+    // Enough ids that the table outgrows whatever room the filler leaves.
+    for b in 1000..1100 {
+        t.store().follow(a, b).await.unwrap();
+    }
+    db.pause();
+    let filler = tokio::spawn({
+        let t = t.clone();
+        async move { t.is_following(a, 1000).await }
+    });
+    wait_for_info(&server, "leases_out:1").await;
+    let parked = tokio::spawn({
+        let t = t.clone();
+        async move {
+            let answer = t.which_followed(a, &[1000, 5]).await;
+            (answer, Instant::now())
+        }
+    });
+    wait_for_info(&server, "lease_waits:1").await;
+    let _filler = fill_memory(&server);
+    db.resume();
+    let resumed = Instant::now();
+    assert!(filler.await.unwrap().unwrap(), "answered from MySQL");
+    let (answer, answered) = parked.await.unwrap();
+    assert_eq!(answer.unwrap(), [true, false]);
+    let waited = answered - resumed;
+    assert!(
+        waited < lease_ttl / 4,
+        "the parked reader waited {waited:?}: the refused fill kept its lease"
+    );
+    let info = server.cli_out(&["INFO", "leases"]);
+    assert!(info.contains("lease_fills:0"), "{info}");
+    assert!(info.contains("leases_out:0"), "{info}");
+    assert!(!info.contains("lease_releases:0"), "{info}");
+    assert_eq!(server.cli_out(&["EXISTS", "following:91"]), "0");
+    assert_eq!(t.relation(a, 1000).await.unwrap(), Relation::Following);
+}
+
+/// Polls `INFO leases` until it shows `field` (as `name:value`).
+async fn wait_for_info(server: &TestServer, field: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info = server.cli_out(&["INFO", "leases"]);
+        if info.lines().any(|l| l.trim() == field) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never saw {field}: {info}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Stores filler values until the server (under `noeviction`) refuses even a
+/// small one: what room is left is far less than a table of a hundred ids. The
+/// connection is returned to be kept open: closing it would free its buffers.
+fn fill_memory(server: &TestServer) -> redis::Connection {
+    let mut con = server.conn();
+    let mut n = 0;
+    for size in [64 * 1024, 4 * 1024, 256] {
+        loop {
+            let stored = redis::cmd("SET")
+                .arg(format!("filler:{n}"))
+                .arg(vec![b'x'; size])
+                .query::<()>(&mut con);
+            n += 1;
+            match stored {
+                Ok(()) => assert!(n < 10_000, "never reached maxmemory"),
+                Err(e) if e.code() == Some("OOM") => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    con
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_reads_writes_and_evictions_leave_the_cache_equal_to_mysql() {
     let server = TestServer::start();
