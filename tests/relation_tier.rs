@@ -484,6 +484,124 @@ async fn a_fill_refused_for_memory_releases_its_lease() {
     assert_eq!(t.relation(a, 1000).await.unwrap(), Relation::Following);
 }
 
+/// A caller that gives up with its fill sent and unanswered lets the lease go: the
+/// cache sits behind a proxy that swallows the fill, the caller is cut off while
+/// it waits for the reply, and a reader parked on the lease is answered well
+/// before the lease would lapse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_abandoned_mid_send_releases_its_lease() {
+    let server = TestServer::start();
+    let proxy = StallingProxy::start(server.addr()).await;
+    let mut db = MariaDb::start();
+    let store = relation_store(db.url(), "abandoned_send", SHARDS, |c| {
+        c.connect_timeout = Duration::from_secs(30);
+        c.query_timeout = Duration::from_secs(30);
+    })
+    .await;
+    let lease_ttl = Duration::from_secs(20);
+    let config = RelationsConfig {
+        lease_ttl,
+        lease_wait: Duration::from_secs(30),
+        ..RelationsConfig::default()
+    };
+    let cache = Pool::new(PoolConfig {
+        addr: proxy.addr.clone(),
+        max_connections: 8,
+        command_timeout: Duration::from_secs(60),
+        ..PoolConfig::default()
+    });
+    let t = Arc::new(Relations::new(cache, store, config));
+    let a = 93;
+    t.store().follow(a, 94).await.unwrap();
+    db.pause();
+    let filler = tokio::spawn({
+        let t = t.clone();
+        async move { t.is_following(a, 94).await }
+    });
+    wait_for_info(&server, "leases_out:1").await;
+    let parked = tokio::spawn({
+        let t = t.clone();
+        async move {
+            let answer = t.which_followed(a, &[94, 5]).await;
+            (answer, Instant::now())
+        }
+    });
+    wait_for_info(&server, "lease_waits:1").await;
+    proxy.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    db.resume();
+    proxy.stalled.notified().await;
+    filler.abort();
+    let gave_up = Instant::now();
+    assert!(filler.await.unwrap_err().is_cancelled());
+    let (answer, answered) = parked.await.unwrap();
+    assert_eq!(answer.unwrap(), [true, false]);
+    let waited = answered - gave_up;
+    assert!(
+        waited < lease_ttl / 4,
+        "the parked reader waited {waited:?}: the abandoned fill kept its lease"
+    );
+    let info = server.cli_out(&["INFO", "leases"]);
+    assert!(info.contains("lease_releases:1"), "{info}");
+    assert!(info.contains("leases_out:0"), "{info}");
+}
+
+/// A TCP proxy in front of the cache. Once `armed`, it swallows the next bytes a
+/// client sends and forwards nothing more on that connection (a request sent and
+/// never answered), then says so through `stalled`; other connections go on.
+struct StallingProxy {
+    addr: String,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+    stalled: Arc<tokio::sync::Notify>,
+}
+
+impl StallingProxy {
+    async fn start(target: String) -> StallingProxy {
+        use std::sync::atomic::Ordering::SeqCst;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::net::{TcpListener, TcpStream};
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy = StallingProxy {
+            addr: listener.local_addr().unwrap().to_string(),
+            armed: Arc::default(),
+            stalled: Arc::default(),
+        };
+        let (armed, stalled) = (proxy.armed.clone(), proxy.stalled.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let server = TcpStream::connect(&target).await.unwrap();
+                let (armed, stalled) = (armed.clone(), stalled.clone());
+                tokio::spawn(async move {
+                    let (mut from_client, mut to_client) = client.into_split();
+                    let (mut from_server, mut to_server) = server.into_split();
+                    let up = async {
+                        let mut buf = vec![0; 64 * 1024];
+                        loop {
+                            let n = match from_client.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => n,
+                            };
+                            if armed.swap(false, SeqCst) {
+                                stalled.notify_one();
+                                return std::future::pending().await;
+                            }
+                            if to_server.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    };
+                    let down = tokio::io::copy(&mut from_server, &mut to_client);
+                    tokio::select! {
+                        _ = up => {}
+                        _ = down => {}
+                    }
+                });
+            }
+        });
+        proxy
+    }
+}
+
 /// Polls `INFO leases` until it shows `field` (as `name:value`).
 async fn wait_for_info(server: &TestServer, field: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
