@@ -1,7 +1,7 @@
 //! The relation service end to end: the real relcache-server as the cache in front
 //! of a real MariaDB with eight logical shards. Every read against a model; the
-//! fill/write race; a hundred concurrent misses; MySQL dying mid-run; the cache
-//! going away.
+//! fill/write race; a hundred concurrent misses; fills that fail or are abandoned
+//! (their leases must be let go at once); MySQL dying mid-run; the cache going away.
 
 mod harness;
 
@@ -14,7 +14,7 @@ use harness::TestServer;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use relcache_client::{build_table, Cmd, LeaseOpts, Leased, LoadOpts, Pool, PoolConfig};
-use relcache_relation::service::{Relations, RelationsConfig};
+use relcache_relation::service::{RelationError, Relations, RelationsConfig};
 use relcache_relation::{Cursor, Relation};
 
 const SHARDS: u32 = 8;
@@ -433,55 +433,46 @@ async fn a_fill_refused_for_memory_releases_its_lease() {
     let server =
         TestServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"]);
     let mut db = MariaDb::start();
-    let store = relation_store(db.url(), "oom_fill", SHARDS, |c| {
-        // The pause below must not fail the filler's MySQL read.
-        c.connect_timeout = Duration::from_secs(30);
-        c.query_timeout = Duration::from_secs(30);
-    })
-    .await;
-    let lease_ttl = Duration::from_secs(20);
-    let config = RelationsConfig {
-        lease_ttl,
-        lease_wait: Duration::from_secs(30),
-        ..RelationsConfig::default()
-    };
-    let t = Arc::new(Relations::new(pool(&server), store, config));
+    let t = patient_tier(pool(&server), &db, "oom_fill").await;
     let a = 91;
     // Enough ids that the table outgrows whatever room the filler leaves.
     for b in 1000..1100 {
         t.store().follow(a, b).await.unwrap();
     }
-    db.pause();
-    let filler = tokio::spawn({
-        let t = t.clone();
-        async move { t.is_following(a, 1000).await }
-    });
-    wait_for_info(&server, "leases_out:1").await;
-    let parked = tokio::spawn({
-        let t = t.clone();
-        async move {
-            let answer = t.which_followed(a, &[1000, 5]).await;
-            (answer, Instant::now())
-        }
-    });
-    wait_for_info(&server, "lease_waits:1").await;
+    let (filler, parked) = park_behind_a_filler(&server, &t, &mut db, a, 1000).await;
     let _filler = fill_memory(&server);
     db.resume();
     let resumed = Instant::now();
     assert!(filler.await.unwrap().unwrap(), "answered from MySQL");
-    let (answer, answered) = parked.await.unwrap();
-    assert_eq!(answer.unwrap(), [true, false]);
-    let waited = answered - resumed;
-    assert!(
-        waited < lease_ttl / 4,
-        "the parked reader waited {waited:?}: the refused fill kept its lease"
-    );
+    answered_promptly(parked, resumed, "the refused fill kept its lease").await;
     let info = server.cli_out(&["INFO", "leases"]);
     assert!(info.contains("lease_fills:0"), "{info}");
     assert!(info.contains("leases_out:0"), "{info}");
     assert!(!info.contains("lease_releases:0"), "{info}");
     assert_eq!(server.cli_out(&["EXISTS", "following:91"]), "0");
     assert_eq!(t.relation(a, 1000).await.unwrap(), Relation::Following);
+}
+
+/// The lease TTL of [`patient_tier`]: a reader parked on a lease that is never
+/// settled waits this long.
+const PATIENT_LEASE: Duration = Duration::from_secs(20);
+
+/// A tier over `cache` and `db` whose leases last [`PATIENT_LEASE`], whose readers
+/// wait longer than that for someone else's fill, and whose MySQL calls outlast a
+/// short [`MariaDb::pause`]: whoever is parked on a lease is let go by its holder
+/// or by its lapse, never by giving up.
+async fn patient_tier(cache: Pool, db: &MariaDb, test: &str) -> Arc<Relations> {
+    let store = relation_store(db.url(), test, SHARDS, |c| {
+        c.connect_timeout = Duration::from_secs(30);
+        c.query_timeout = Duration::from_secs(30);
+    })
+    .await;
+    let config = RelationsConfig {
+        lease_ttl: PATIENT_LEASE,
+        lease_wait: PATIENT_LEASE + Duration::from_secs(10),
+        ..RelationsConfig::default()
+    };
+    Arc::new(Relations::new(cache, store, config))
 }
 
 /// A caller that gives up with its fill sent and unanswered lets the lease go: the
@@ -493,53 +484,23 @@ async fn a_fill_abandoned_mid_send_releases_its_lease() {
     let server = TestServer::start();
     let proxy = StallingProxy::start(server.addr()).await;
     let mut db = MariaDb::start();
-    let store = relation_store(db.url(), "abandoned_send", SHARDS, |c| {
-        c.connect_timeout = Duration::from_secs(30);
-        c.query_timeout = Duration::from_secs(30);
-    })
-    .await;
-    let lease_ttl = Duration::from_secs(20);
-    let config = RelationsConfig {
-        lease_ttl,
-        lease_wait: Duration::from_secs(30),
-        ..RelationsConfig::default()
-    };
     let cache = Pool::new(PoolConfig {
         addr: proxy.addr.clone(),
         max_connections: 8,
         command_timeout: Duration::from_secs(60),
         ..PoolConfig::default()
     });
-    let t = Arc::new(Relations::new(cache, store, config));
+    let t = patient_tier(cache, &db, "abandoned_send").await;
     let a = 93;
     t.store().follow(a, 94).await.unwrap();
-    db.pause();
-    let filler = tokio::spawn({
-        let t = t.clone();
-        async move { t.is_following(a, 94).await }
-    });
-    wait_for_info(&server, "leases_out:1").await;
-    let parked = tokio::spawn({
-        let t = t.clone();
-        async move {
-            let answer = t.which_followed(a, &[94, 5]).await;
-            (answer, Instant::now())
-        }
-    });
-    wait_for_info(&server, "lease_waits:1").await;
+    let (filler, parked) = park_behind_a_filler(&server, &t, &mut db, a, 94).await;
     proxy.armed.store(true, std::sync::atomic::Ordering::SeqCst);
     db.resume();
     proxy.stalled.notified().await;
     filler.abort();
     let gave_up = Instant::now();
     assert!(filler.await.unwrap_err().is_cancelled());
-    let (answer, answered) = parked.await.unwrap();
-    assert_eq!(answer.unwrap(), [true, false]);
-    let waited = answered - gave_up;
-    assert!(
-        waited < lease_ttl / 4,
-        "the parked reader waited {waited:?}: the abandoned fill kept its lease"
-    );
+    answered_promptly(parked, gave_up, "the abandoned fill kept its lease").await;
     let info = server.cli_out(&["INFO", "leases"]);
     assert!(info.contains("lease_releases:1"), "{info}");
     assert!(info.contains("leases_out:0"), "{info}");
@@ -600,6 +561,52 @@ impl StallingProxy {
         });
         proxy
     }
+}
+
+/// With MySQL paused: a `filler` that asks whether `a` follows `b`, wins the lease
+/// on `a`'s set and waits on MySQL; and a reader `parked` on that lease, asking
+/// about `b` and 5, which reports when it was answered. MySQL is left paused.
+async fn park_behind_a_filler(
+    server: &TestServer,
+    t: &Arc<Relations>,
+    db: &mut MariaDb,
+    a: u64,
+    b: u64,
+) -> (
+    tokio::task::JoinHandle<Result<bool, RelationError>>,
+    tokio::task::JoinHandle<(Result<Vec<bool>, RelationError>, Instant)>,
+) {
+    db.pause();
+    let filler = tokio::spawn({
+        let t = t.clone();
+        async move { t.is_following(a, b).await }
+    });
+    wait_for_info(server, "leases_out:1").await;
+    let parked = tokio::spawn({
+        let t = t.clone();
+        async move {
+            let answer = t.which_followed(a, &[b, 5]).await;
+            (answer, Instant::now())
+        }
+    });
+    wait_for_info(server, "lease_waits:1").await;
+    (filler, parked)
+}
+
+/// The reader [`park_behind_a_filler`] parked gets MySQL's answer well before
+/// the lease would have lapsed, counting from `since`.
+async fn answered_promptly(
+    parked: tokio::task::JoinHandle<(Result<Vec<bool>, RelationError>, Instant)>,
+    since: Instant,
+    why_not: &str,
+) {
+    let (answer, answered) = parked.await.unwrap();
+    assert_eq!(answer.unwrap(), [true, false]);
+    let waited = answered - since;
+    assert!(
+        waited < PATIENT_LEASE / 4,
+        "the parked reader waited {waited:?}: {why_not}"
+    );
 }
 
 /// Polls `INFO leases` until it shows `field` (as `name:value`).

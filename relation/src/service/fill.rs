@@ -40,12 +40,15 @@ impl HeldLeases {
         if self.leases.is_empty() || !conn.is_usable() {
             return;
         }
-        let release = self
-            .leases
+        let _ = relations.call_pipeline(conn, self.releases()).await;
+    }
+
+    /// `IDSET.RELEASE` for every lease still held, which are then no longer.
+    fn releases(&mut self) -> Vec<Cmd<bool>> {
+        self.leases
             .drain(..)
             .map(|(key, token)| Cmd::idset_release(key, token))
-            .collect();
-        let _ = relations.call_pipeline(conn, release).await;
+            .collect()
     }
 }
 
@@ -58,11 +61,7 @@ impl Drop for HeldLeases {
             return;
         };
         let cache = self.cache.clone();
-        let release: Vec<_> = self
-            .leases
-            .drain(..)
-            .map(|(key, token)| Cmd::idset_release(key, token))
-            .collect();
+        let release = self.releases();
         runtime.spawn(async move {
             let _ = cache.run_pipeline(release).await;
         });
