@@ -2,7 +2,9 @@
 //! caller, holding the key's lease, reads the whole set from MySQL, builds the table
 //! here and stores it with one command carrying the token — and the sequence number
 //! of the newest change the read included, so later write-throughs apply in order —
-//! on the connection that won the lease; if MySQL fails it gives the lease back.
+//! on the connection that won the lease. A lease is held until the cache has
+//! answered that load: if MySQL fails, the cache refuses the load or never answers
+//! it, or the caller gives up first, the lease is given back at once.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
