@@ -29,9 +29,9 @@ use hdrhistogram::Histogram;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, LogNormal, Zipf};
-use relcache_client::relation::service::{Relations, RelationsConfig};
-use relcache_client::relation::{schema, ShardMap, Store, StoreConfig};
 use relcache_client::{Pool, PoolConfig};
+use relcache_relation::service::{Relations, RelationsConfig};
+use relcache_relation::{schema, ShardMap, Store, StoreConfig};
 use support::harness::mariadb::{MariaDb, RawSql};
 use support::harness::{invoked_by_cargo_bench, TestServer};
 

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use harness::mariadb::{self, relation_store};
 use harness::proxy::FaultProxy;
 use harness::TestServer;
-use relcache_client::relation::service::{Relations, RelationsConfig};
 use relcache_client::{Cmd, Pool, PoolConfig};
+use relcache_relation::service::{Relations, RelationsConfig};
 
 const SHARDS: u32 = 8;
 /// How long a cache call waits: short, since every hung call costs a test this.
@@ -166,7 +166,7 @@ async fn a_write_through_the_partition_swallowed_is_never_read_back() {
     );
     assert_eq!(
         t.relation(1, 3).await.unwrap(),
-        relcache_client::relation::Relation::Following
+        relcache_relation::Relation::Following
     );
     assert_eq!(t.following_count(1).await.unwrap(), 2);
     assert_eq!(t.suspect_sets(), 0, "deleted once the cache answered");

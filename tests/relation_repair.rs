@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use harness::mariadb::{self, relation_store, RawSql};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use relcache_client::relation::repair::{self, RepairConfig, Report};
-use relcache_client::relation::store::Fixes;
-use relcache_client::relation::{Fault, Store};
+use relcache_relation::repair::{self, RepairConfig, Report};
+use relcache_relation::store::Fixes;
+use relcache_relation::{Fault, Store};
 
 const SHARDS: u32 = 8;
 

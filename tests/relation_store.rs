@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use harness::mariadb::{self, relation_store, MariaDb, RawSql};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use relcache_client::relation::{schema, Cursor, Page, Relation, ShardMap, Store, StoreConfig};
+use relcache_relation::{schema, Cursor, Page, Relation, ShardMap, Store, StoreConfig};
 
 /// Eight logical shards on one server: enough that random users land both on
 /// shared and on different shards.

@@ -1,7 +1,7 @@
 //! The relation service end to end: the real relcache-server as the cache in front
 //! of a real MariaDB with eight logical shards. Every read against a model; the
-//! fill/write race; a hundred concurrent misses; MySQL dying mid-run; the cache
-//! going away.
+//! fill/write race; a hundred concurrent misses; fills that fail or are abandoned
+//! (their leases must be let go at once); MySQL dying mid-run; the cache going away.
 
 mod harness;
 
@@ -13,9 +13,9 @@ use harness::mariadb::{self, relation_store, MariaDb};
 use harness::TestServer;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use relcache_client::relation::service::{Relations, RelationsConfig};
-use relcache_client::relation::{Cursor, Relation};
 use relcache_client::{build_table, Cmd, LeaseOpts, Leased, LoadOpts, Pool, PoolConfig};
+use relcache_relation::service::{RelationError, Relations, RelationsConfig};
+use relcache_relation::{Cursor, Relation};
 
 const SHARDS: u32 = 8;
 
@@ -39,7 +39,7 @@ async fn tier_with(
     server: &TestServer,
     db: &MariaDb,
     test: &str,
-    configure: impl FnOnce(&mut relcache_client::relation::StoreConfig),
+    configure: impl FnOnce(&mut relcache_relation::StoreConfig),
 ) -> Relations {
     let store = relation_store(db.url(), test, SHARDS, configure).await;
     let config = RelationsConfig {
@@ -320,7 +320,7 @@ async fn a_commit_whose_outcome_is_unknown_leaves_no_stale_set() {
             assert!(cut.is_err(), "the caller gave up while the commit was held");
         } else {
             let err = t.follow(a, b).await.unwrap_err();
-            let relcache_client::relation::service::RelationError::Store(err) = err else {
+            let relcache_relation::service::RelationError::Store(err) = err else {
                 panic!("a store error")
             };
             assert!(err.is_outcome_unknown(), "{err}");
@@ -422,6 +422,227 @@ async fn a_fill_abandoned_midway_releases_its_lease() {
     }
     db.resume();
     assert!(t.is_following(81, 82).await.unwrap());
+}
+
+/// A fill the cache refuses gives its lease back at once. Memory fills up while
+/// the lease holder reads MySQL, so its `IDSET.LOAD` (a denyoom command) gets
+/// `-OOM`: a reader parked on that lease must be answered well before the lease
+/// would lapse, and both readers get MySQL's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_refused_for_memory_releases_its_lease() {
+    let server =
+        TestServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"]);
+    let mut db = MariaDb::start();
+    let t = patient_tier(pool(&server), &db, "oom_fill").await;
+    let a = 91;
+    // Enough ids that the table outgrows whatever room the filler leaves.
+    for b in 1000..1100 {
+        t.store().follow(a, b).await.unwrap();
+    }
+    let (filler, parked) = park_behind_a_filler(&server, &t, &mut db, a, 1000).await;
+    let _filler = fill_memory(&server);
+    db.resume();
+    let resumed = Instant::now();
+    assert!(filler.await.unwrap().unwrap(), "answered from MySQL");
+    answered_promptly(parked, resumed, "the refused fill kept its lease").await;
+    let info = server.cli_out(&["INFO", "leases"]);
+    assert!(info.contains("lease_fills:0"), "{info}");
+    assert!(info.contains("leases_out:0"), "{info}");
+    assert!(!info.contains("lease_releases:0"), "{info}");
+    assert_eq!(server.cli_out(&["EXISTS", "following:91"]), "0");
+    assert_eq!(t.relation(a, 1000).await.unwrap(), Relation::Following);
+}
+
+/// The lease TTL of [`patient_tier`]: a reader parked on a lease that is never
+/// settled waits this long.
+const PATIENT_LEASE: Duration = Duration::from_secs(20);
+
+/// A tier over `cache` and `db` whose leases last [`PATIENT_LEASE`], whose readers
+/// wait longer than that for someone else's fill, and whose MySQL calls outlast a
+/// short [`MariaDb::pause`]: whoever is parked on a lease is let go by its holder
+/// or by its lapse, never by giving up.
+async fn patient_tier(cache: Pool, db: &MariaDb, test: &str) -> Arc<Relations> {
+    let store = relation_store(db.url(), test, SHARDS, |c| {
+        c.connect_timeout = Duration::from_secs(30);
+        c.query_timeout = Duration::from_secs(30);
+    })
+    .await;
+    let config = RelationsConfig {
+        lease_ttl: PATIENT_LEASE,
+        lease_wait: PATIENT_LEASE + Duration::from_secs(10),
+        ..RelationsConfig::default()
+    };
+    Arc::new(Relations::new(cache, store, config))
+}
+
+/// A caller that gives up with its fill sent and unanswered lets the lease go: the
+/// cache sits behind a proxy that swallows the fill, the caller is cut off while
+/// it waits for the reply, and a reader parked on the lease is answered well
+/// before the lease would lapse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_abandoned_mid_send_releases_its_lease() {
+    let server = TestServer::start();
+    let proxy = StallingProxy::start(server.addr()).await;
+    let mut db = MariaDb::start();
+    let cache = Pool::new(PoolConfig {
+        addr: proxy.addr.clone(),
+        max_connections: 8,
+        command_timeout: Duration::from_secs(60),
+        ..PoolConfig::default()
+    });
+    let t = patient_tier(cache, &db, "abandoned_send").await;
+    let a = 93;
+    t.store().follow(a, 94).await.unwrap();
+    let (filler, parked) = park_behind_a_filler(&server, &t, &mut db, a, 94).await;
+    proxy.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    db.resume();
+    proxy.stalled.notified().await;
+    filler.abort();
+    let gave_up = Instant::now();
+    assert!(filler.await.unwrap_err().is_cancelled());
+    answered_promptly(parked, gave_up, "the abandoned fill kept its lease").await;
+    let info = server.cli_out(&["INFO", "leases"]);
+    assert!(info.contains("lease_releases:1"), "{info}");
+    assert!(info.contains("leases_out:0"), "{info}");
+}
+
+/// A TCP proxy in front of the cache. Once `armed`, it swallows the next bytes a
+/// client sends and forwards nothing more on that connection (a request sent and
+/// never answered), then says so through `stalled`; other connections go on.
+struct StallingProxy {
+    addr: String,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+    stalled: Arc<tokio::sync::Notify>,
+}
+
+impl StallingProxy {
+    async fn start(target: String) -> StallingProxy {
+        use std::sync::atomic::Ordering::SeqCst;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::net::{TcpListener, TcpStream};
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy = StallingProxy {
+            addr: listener.local_addr().unwrap().to_string(),
+            armed: Arc::default(),
+            stalled: Arc::default(),
+        };
+        let (armed, stalled) = (proxy.armed.clone(), proxy.stalled.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let server = TcpStream::connect(&target).await.unwrap();
+                let (armed, stalled) = (armed.clone(), stalled.clone());
+                tokio::spawn(async move {
+                    let (mut from_client, mut to_client) = client.into_split();
+                    let (mut from_server, mut to_server) = server.into_split();
+                    let up = async {
+                        let mut buf = vec![0; 64 * 1024];
+                        loop {
+                            let n = match from_client.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => n,
+                            };
+                            if armed.swap(false, SeqCst) {
+                                stalled.notify_one();
+                                return std::future::pending().await;
+                            }
+                            if to_server.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    };
+                    let down = tokio::io::copy(&mut from_server, &mut to_client);
+                    tokio::select! {
+                        _ = up => {}
+                        _ = down => {}
+                    }
+                });
+            }
+        });
+        proxy
+    }
+}
+
+/// With MySQL paused: a `filler` that asks whether `a` follows `b`, wins the lease
+/// on `a`'s set and waits on MySQL; and a reader `parked` on that lease, asking
+/// about `b` and 5, which reports when it was answered. MySQL is left paused.
+async fn park_behind_a_filler(
+    server: &TestServer,
+    t: &Arc<Relations>,
+    db: &mut MariaDb,
+    a: u64,
+    b: u64,
+) -> (
+    tokio::task::JoinHandle<Result<bool, RelationError>>,
+    tokio::task::JoinHandle<(Result<Vec<bool>, RelationError>, Instant)>,
+) {
+    db.pause();
+    let filler = tokio::spawn({
+        let t = t.clone();
+        async move { t.is_following(a, b).await }
+    });
+    wait_for_info(server, "leases_out:1").await;
+    let parked = tokio::spawn({
+        let t = t.clone();
+        async move {
+            let answer = t.which_followed(a, &[b, 5]).await;
+            (answer, Instant::now())
+        }
+    });
+    wait_for_info(server, "lease_waits:1").await;
+    (filler, parked)
+}
+
+/// The reader [`park_behind_a_filler`] parked gets MySQL's answer well before
+/// the lease would have lapsed, counting from `since`.
+async fn answered_promptly(
+    parked: tokio::task::JoinHandle<(Result<Vec<bool>, RelationError>, Instant)>,
+    since: Instant,
+    why_not: &str,
+) {
+    let (answer, answered) = parked.await.unwrap();
+    assert_eq!(answer.unwrap(), [true, false]);
+    let waited = answered - since;
+    assert!(
+        waited < PATIENT_LEASE / 4,
+        "the parked reader waited {waited:?}: {why_not}"
+    );
+}
+
+/// Polls `INFO leases` until it shows `field` (as `name:value`).
+async fn wait_for_info(server: &TestServer, field: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info = server.cli_out(&["INFO", "leases"]);
+        if info.lines().any(|l| l.trim() == field) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never saw {field}: {info}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Stores filler values until the server (under `noeviction`) refuses even a
+/// small one: what room is left is far less than a table of a hundred ids. The
+/// connection is returned to be kept open: closing it would free its buffers.
+fn fill_memory(server: &TestServer) -> redis::Connection {
+    let mut con = server.conn();
+    let mut n = 0;
+    for size in [64 * 1024, 4 * 1024, 256] {
+        loop {
+            let stored = redis::cmd("SET")
+                .arg(format!("filler:{n}"))
+                .arg(vec![b'x'; size])
+                .query::<()>(&mut con);
+            n += 1;
+            match stored {
+                Ok(()) => assert!(n < 10_000, "never reached maxmemory"),
+                Err(e) if e.code() == Some("OOM") => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    con
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -677,7 +898,7 @@ async fn mysql_killed_mid_run_gives_errors_not_wrong_answers() {
 async fn retry<T, F, Fut>(mut call: F) -> T
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, relcache_client::relation::service::RelationError>>,
+    Fut: std::future::Future<Output = Result<T, relcache_relation::service::RelationError>>,
 {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

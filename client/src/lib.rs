@@ -42,7 +42,6 @@
 mod commands;
 mod error;
 mod pool;
-pub mod relation;
 
 use std::pin::Pin;
 use std::task::Poll;

@@ -1,5 +1,5 @@
 //! `relcache-repair`: runs the relation tier's repair job (see
-//! `relcache_client::relation::repair`) against the shards of a shard map file.
+//! `relcache_relation::repair`) against the shards of a shard map file.
 //!
 //! ```text
 //! relcache-repair --shards shards.conf full --rate 2000       # resumable full scan
@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use relcache_client::relation::repair::{self, RepairConfig};
-use relcache_client::relation::{schema, ShardMap, Store, StoreConfig};
+use relcache_relation::repair::{self, RepairConfig};
+use relcache_relation::{schema, ShardMap, Store, StoreConfig};
 
 #[derive(Debug, Parser)]
 #[command(

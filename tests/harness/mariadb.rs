@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use relcache_client::relation::{schema, ShardMap, Store, StoreConfig};
+use relcache_relation::{schema, ShardMap, Store, StoreConfig};
 
 /// Bumped when the template's bootstrap options change, so an old template in the
 /// temp dir is not reused.

@@ -2,47 +2,68 @@
 //! caller, holding the key's lease, reads the whole set from MySQL, builds the table
 //! here and stores it with one command carrying the token — and the sequence number
 //! of the newest change the read included, so later write-throughs apply in order —
-//! on the connection that won the lease; if MySQL fails it gives the lease back.
+//! on the connection that won the lease. A lease is held until the cache has
+//! answered that load: if MySQL fails, the cache refuses the load or never answers
+//! it, or the caller gives up first, the lease is given back at once.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
 
-use super::{Filled, FilledSet, RelationError, Relations};
-use crate::{build_table, Cmd, LeaseOpts, Leased, LoadOpts, Pool, PooledConn};
+use super::{FilledSet, RelationError, Relations};
+use relcache_client::{build_table, Cmd, LeaseOpts, Leased, LoadOpts, Pool, PooledConn};
 
-/// Leases this caller holds while it reads MySQL. If the caller's future is
-/// dropped before they are settled (filled or released), they are released from a
-/// task of their own, so the callers waiting on them are let go at once instead of
-/// when they lapse.
+/// Leases this caller holds, from the grant until the cache has answered the fill.
+/// Each is settled one way or the other: filled (the load's reply is in), or
+/// released. If the caller's future is dropped before that — while it reads MySQL,
+/// or with the load sent and unanswered — the rest are released from a task of
+/// their own, so the callers waiting on them are let go at once instead of when
+/// they lapse. (Releasing a lease whose fill did land is harmless: the token no
+/// longer matches, and the server answers 0.)
 struct HeldLeases {
     cache: Pool,
-    /// Keys and tokens; emptied once settled.
+    /// Keys and tokens not settled yet.
     leases: Vec<(Bytes, u64)>,
 }
 
 impl HeldLeases {
-    /// The fills or the releases are about to be sent by the caller itself.
-    fn settled(mut self) {
-        self.leases.clear();
+    /// The lease on `key` needs nothing more: its fill was answered.
+    fn settled(&mut self, key: &[u8]) {
+        self.leases.retain(|(k, _)| k != key);
+    }
+
+    /// Gives back every lease still held, on `conn` (the connection that won them)
+    /// if it is still usable, else from a task of its own on another connection.
+    /// A fill the cache refused for lack of memory (`-OOM`: `IDSET.LOAD` is a
+    /// denyoom command) or lost to a broken connection ends here, and those parked
+    /// on the lease are answered now.
+    async fn release(mut self, relations: &Relations, conn: &mut PooledConn) {
+        if self.leases.is_empty() || !conn.is_usable() {
+            return;
+        }
+        let _ = relations.call_pipeline(conn, self.releases()).await;
+    }
+
+    /// `IDSET.RELEASE` for every lease still held, which are then no longer.
+    fn releases(&mut self) -> Vec<Cmd<bool>> {
+        self.leases
+            .drain(..)
+            .map(|(key, token)| Cmd::idset_release(key, token))
+            .collect()
     }
 }
 
 impl Drop for HeldLeases {
     fn drop(&mut self) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         if self.leases.is_empty() {
             return;
         }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         let cache = self.cache.clone();
-        let release: Vec<_> = self
-            .leases
-            .drain(..)
-            .map(|(key, token)| Cmd::idset_release(key, token))
-            .collect();
+        let release = self.releases();
         runtime.spawn(async move {
             let _ = cache.run_pipeline(release).await;
         });
@@ -51,9 +72,11 @@ impl Drop for HeldLeases {
 
 impl Relations {
     /// Reads `user`'s set from MySQL and stores it under the lease `token`, on the
-    /// connection that won the lease (see [`PooledConn::run`]). On a MySQL failure
-    /// the lease is released, so waiters need not sit out its TTL; so it is if the
-    /// caller gives up on the call before the fill is sent.
+    /// connection that won the lease (see [`PooledConn::run`]). The lease is
+    /// released unless the fill was answered: on a MySQL failure, on a load the
+    /// cache refused with an error or never answered, and if the caller gives up
+    /// on the call before the load's reply is in — so waiters need not sit out its
+    /// TTL.
     pub(super) async fn fill(
         &self,
         conn: &mut PooledConn,
@@ -61,19 +84,17 @@ impl Relations {
         token: u64,
     ) -> Result<FilledSet, RelationError> {
         let key = self.cache_key(user);
-        let held = HeldLeases {
+        let mut held = HeldLeases {
             cache: self.cache.clone(),
             leases: vec![(key.clone(), token)],
         };
         let snapshot = match self.store.following_snapshot(user).await {
             Ok(snapshot) => snapshot,
             Err(e) => {
-                held.settled();
-                let _ = self.call(conn, Cmd::idset_release(key, token)).await;
+                held.release(self, conn).await;
                 return Err(e.into());
             }
         };
-        held.settled();
         let opts = LoadOpts {
             ttl: self.config.cache_ttl,
             lease: Some(token),
@@ -83,38 +104,19 @@ impl Relations {
         let table = Bytes::from(build_table(&ids));
         // Whether the cache took the fill changes nothing for this caller, whose
         // answer comes from `ids` either way.
-        let load = Cmd::idset_load_table(key, table.clone(), opts);
+        let load = Cmd::idset_load_table(key.clone(), table.clone(), opts);
         match self.call(conn, load).await {
-            Ok(true) => self.stats.cache_fills.fetch_add(1, Relaxed),
-            Ok(false) => self.stats.fills_refused.fetch_add(1, Relaxed),
-            Err(_) => 0,
-        };
-        Ok(FilledSet { ids, table })
-    }
-
-    /// After a miss that did not ask for a lease: asks for it on `conn`, waiting if
-    /// someone else holds it, and fills the set if granted.
-    pub(super) async fn lease_and_fill(
-        &self,
-        mut conn: PooledConn,
-        user: u64,
-    ) -> Result<Filled, RelationError> {
-        let lease = Cmd::idset_lease(self.cache_key(user), self.lease_opts());
-        match self.call(&mut conn, lease).await {
-            Ok(Leased::Granted(token)) => {
-                Ok(Filled::Ids(self.fill(&mut conn, user, token).await?.ids))
+            Ok(stored) => {
+                held.settled(&key);
+                let counter = match stored {
+                    true => &self.stats.cache_fills,
+                    false => &self.stats.fills_refused,
+                };
+                counter.fetch_add(1, Relaxed);
             }
-            Ok(Leased::Hit(())) => Ok(Filled::Present),
-            Ok(Leased::Busy) => {
-                drop(conn);
-                self.stats.busy_reads.fetch_add(1, Relaxed);
-                Ok(Filled::Ids(self.store.following_ids(user).await?))
-            }
-            Err(_) => {
-                drop(conn);
-                Ok(Filled::Ids(self.store.following_ids(user).await?))
-            }
+            Err(_) => held.release(self, conn).await,
         }
+        Ok(FilledSet { ids, table })
     }
 
     /// Fills many missing sets at once: leases asked for in one pipeline, the sets
@@ -154,23 +156,17 @@ impl Relations {
             }
         }
         let ids: Vec<u64> = granted.iter().map(|&(u, _)| u).collect();
-        let held = HeldLeases {
+        let mut held = HeldLeases {
             cache: self.cache.clone(),
             leases: granted
                 .iter()
                 .map(|&(u, token)| (self.cache_key(u), token))
                 .collect(),
         };
-        let snapshots = self.store.following_snapshots(&ids).await;
-        held.settled();
-        let snapshots = match snapshots {
+        let snapshots = match self.store.following_snapshots(&ids).await {
             Ok(snapshots) => snapshots,
             Err(e) => {
-                let release = granted
-                    .iter()
-                    .map(|&(u, t)| Cmd::idset_release(self.cache_key(u), t))
-                    .collect();
-                let _ = self.call_pipeline(&mut conn, release).await;
+                held.release(self, &mut conn).await;
                 return Err(e.into());
             }
         };
@@ -187,14 +183,19 @@ impl Relations {
             })
             .collect();
         if let Ok(results) = self.call_pipeline(&mut conn, fills).await {
-            for r in results {
+            for (&(u, _), r) in granted.iter().zip(results) {
                 let counter = match r {
                     Ok(true) => &self.stats.cache_fills,
                     _ => &self.stats.fills_refused,
                 };
                 counter.fetch_add(1, Relaxed);
+                // A load answered with an error keeps its lease, released below.
+                if r.is_ok() {
+                    held.settled(&self.cache_key(u));
+                }
             }
         }
+        held.release(self, &mut conn).await;
         let sets = snapshots.into_iter().map(|(u, s)| (u, s.ids)).collect();
         Ok((sets, later))
     }

@@ -1,10 +1,51 @@
 //! Writes: follow, unfollow, and reconcile (the repair job's fix for one pair).
 //!
-//! The protocol, lock order and failure handling are described in the
-//! [`store`](super) module docs, under "Writes".
+//! A follow `a → b` writes three rows, on up to two shards:
+//!
+//! | row               | shard | meaning                          |
+//! |-------------------|-------|----------------------------------|
+//! | `following(a, b)` | a's   | the truth: a follows b           |
+//! | `relation_log`    | a's   | a followed b at `ts`             |
+//! | `followers(b, a)` | b's   | the twin: b is followed by a     |
+//!
+//! When b follows a as well, the pair's four `following` / `followers` rows all carry
+//! `mutual = 1`, so "do they follow each other" is one row's flag on either side.
+//!
+//! # Lock order
+//!
+//! Concurrent `follow(a, b)` and `follow(b, a)` must not both conclude "the other
+//! does not follow me" and leave `mutual = 0`. Each reads the other's truth row with
+//! `SELECT … FOR UPDATE` — a locking read, which sees the latest committed row, not
+//! the transaction's snapshot — and writes its own. Under REPEATABLE READ a locking
+//! read of an absent key also locks the gap where it would go, so "insert X" and
+//! "locking read of X" conflict whichever comes first.
+//!
+//! Both writes touch the same two keys, `following(a, b)` on a's shard and
+//! `following(b, a)` on b's. Each executes its statement on the *lower* key first,
+//! ordering keys by `(shard, user_id)`:
+//!
+//! * if `(shard(a), a) < (shard(b), b)`, `follow(a, b)` starts by inserting
+//!   `following(a, b)` and `follow(b, a)` starts by `SELECT following(a, b) FOR UPDATE`;
+//! * otherwise `follow(a, b)` starts by `SELECT following(b, a) FOR UPDATE` and
+//!   `follow(b, a)` by inserting `following(b, a)`.
+//!
+//! So the two conflict on their very first statement, at the same row of the same
+//! shard. The loser waits there, holding nothing, until the winner commits that shard;
+//! by then the winner holds its locks on the other shard too, so the loser's locking
+//! read of the winner's row there waits for the winner's commit and then sees the row,
+//! and the loser sets the flags. Two transactions that meet first on the same lock
+//! cannot deadlock with each other; deadlocks with *unrelated* writes (gap locks of
+//! neighbouring keys) remain possible, and MySQL resolves them by aborting one, which
+//! is then re-run ([`Store::retries`] counts these). With one shard both keys live
+//! in one transaction and the same rule orders them by user id. Unfollow and
+//! reconcile follow the same order, so every write on a pair serialises on the
+//! pair's lower key.
+//!
+//! How the transactions are committed, and what a failed second commit leaves, is
+//! in [`transaction`](super::transaction).
 
 use super::{now_micros, Deadline, Inner, Session, Store, StoreError, Table, Txn, Txns};
-use crate::relation::shards::ShardMap;
+use crate::shards::ShardMap;
 
 /// What [`Store::follow`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,9 +116,10 @@ struct Edge {
 
 impl Store {
     /// `a` follows `b`. Idempotent: following again changes nothing and keeps the
-    /// original follow time. See [Writes](super#writes) for the protocol: the
-    /// lock order that keeps a concurrent follow-back from losing the mutual flag, and
-    /// what a failed second commit means.
+    /// original follow time. The protocol is written down with its code, in
+    /// `store/write.rs` (the lock order that keeps a concurrent follow-back from
+    /// losing the mutual flag) and `store/transaction.rs` (what a failed second
+    /// commit means).
     ///
     /// # Errors
     ///

@@ -1,7 +1,7 @@
 //! Every cache call goes through here: the guard decides whether the cache is asked
 //! at all (it may be down, or the user's set suspect), suspect sets are deleted
 //! ahead of the next call once the cache answers, and each call's outcome is
-//! reported back to the guard. See [`guard`](crate::relation::guard).
+//! reported back to the guard. See [`guard`](crate::guard).
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
@@ -9,7 +9,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::{Relations, CLEAR_BATCH};
-use crate::{Cmd, Error as CacheError, PooledConn};
+use relcache_client::{Cmd, Error as CacheError, PooledConn};
 
 impl Relations {
     /// A connection for reading `user`'s set, or `None` when the read must go to

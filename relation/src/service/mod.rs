@@ -48,8 +48,8 @@ use relcache_protocol::idset::TableRef;
 
 use super::guard::Guard;
 use super::store::{Cursor, FollowOutcome, Page, Relation, Store, StoreError, UnfollowOutcome};
-use crate::{Cmd, Frame, LeaseOpts, Leased, Pool};
 use cache::NoConn;
+use relcache_client::{Cmd, Error as CacheError, Frame, LeaseOpts, Leased, Pool, PooledConn};
 
 /// How the service uses the cache.
 #[derive(Clone, Debug)]
@@ -142,12 +142,27 @@ pub struct Relations {
     stats: TierStats,
 }
 
-/// What a lease on a missed set led to.
-enum Filled {
-    /// Someone filled it meanwhile: ask the cache again.
-    Present,
-    /// The whole set, as MySQL has it now.
-    Ids(Vec<u64>),
+/// How a read puts its question about a user's set to the cache (see
+/// [`read_through`](Relations::read_through)).
+enum Ask<'a, T> {
+    /// One round trip: the question carries `LEASE`, so a miss asks for the lease
+    /// too (`IDSET.MEXISTSBIN … LEASE`). Built from the set's key.
+    WithLease(&'a (dyn Fn(Bytes) -> Cmd<Leased<T>> + Sync)),
+    /// The question answers nil on a miss, and the lease is asked for next.
+    ThenLease(fn(Bytes) -> Cmd<Option<T>>),
+}
+
+/// What the cache said to a read of a user's set (see
+/// [`read_through`](Relations::read_through)).
+enum Asked<T> {
+    /// The answer, from the cached set.
+    Hit(T),
+    /// The set is missing and this caller holds the lease to fill it.
+    Granted(u64),
+    /// The set was missing and someone else filled it meanwhile: ask again.
+    FilledMeanwhile,
+    /// Someone else's fill did not land within `lease_wait`.
+    Busy,
 }
 
 /// A set read from MySQL by the lease holder, and the table built from it.
@@ -422,29 +437,12 @@ impl Relations {
     ///
     /// As [`is_following`](Self::is_following).
     pub async fn which_followed(&self, a: u64, ids: &[u64]) -> Result<Vec<bool>, RelationError> {
-        let Some(mut conn) = self.conn_for(a).await else {
-            return Ok(self.store.which_followed(a, ids).await?);
-        };
-        let read = Cmd::idset_mexistsbin_lease(self.cache_key(a), ids, self.lease_opts());
-        match self.call(&mut conn, read).await {
-            Ok(Leased::Hit(bits)) => {
-                self.stats.cache_hits.fetch_add(1, Relaxed);
-                Ok(bits)
-            }
-            Ok(Leased::Granted(token)) => {
-                let set = self.fill(&mut conn, a, token).await?;
-                Ok(contains_each(&set.table, ids))
-            }
-            Ok(Leased::Busy) => {
-                drop(conn);
-                self.stats.busy_reads.fetch_add(1, Relaxed);
-                Ok(self.store.which_followed(a, ids).await?)
-            }
-            Err(_) => {
-                drop(conn);
-                Ok(self.store.which_followed(a, ids).await?)
-            }
-        }
+        let opts = self.lease_opts();
+        let read = move |key| Cmd::idset_mexistsbin_lease(key, ids, opts);
+        let from_fill = |set: FilledSet| contains_each(&set.table, ids);
+        let from_mysql = self.store.which_followed(a, ids);
+        self.read_through(a, Ask::WithLease(&read), from_fill, from_mysql)
+            .await
     }
 
     /// Lease options for a read that waits for someone else's fill.
@@ -502,33 +500,90 @@ impl Relations {
 
     /// A read of `user`'s whole set that answers nil when it is missing (`read`),
     /// or the same answer computed from the ids (`from_ids`) when the set had to be
-    /// read from MySQL: by this caller as the lease holder, or because the cache
-    /// failed or someone else's fill did not land in time.
+    /// read from MySQL. A miss asks for the lease in a second round trip, waiting
+    /// if someone else holds it.
     async fn read_set<T>(
         &self,
         user: u64,
         read: fn(Bytes) -> Cmd<Option<T>>,
         from_ids: fn(Vec<u64>) -> T,
     ) -> Result<T, RelationError> {
+        let from_mysql = async { Ok(from_ids(self.store.following_ids(user).await?)) };
+        self.read_through(
+            user,
+            Ask::ThenLease(read),
+            |set| from_ids(set.ids),
+            from_mysql,
+        )
+        .await
+    }
+
+    /// The read-through, written once for every read of a user's set: `ask` is the
+    /// question for the cache, which on a miss asks for the fill lease. A hit is
+    /// the answer. A granted lease makes this caller the filler: it reads the set
+    /// from MySQL, stores it, and answers `from_fill`. Everything else is answered
+    /// by `from_mysql` (not started unless needed): the cache is down or failed,
+    /// the user's set is suspect, someone else's fill did not land within
+    /// `lease_wait`, or sets were filled and evicted again three times over (the
+    /// cache is thrashing).
+    async fn read_through<T>(
+        &self,
+        user: u64,
+        ask: Ask<'_, T>,
+        from_fill: impl FnOnce(FilledSet) -> T,
+        from_mysql: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, RelationError> {
         for _ in 0..3 {
             let Some(mut conn) = self.conn_for(user).await else {
                 break;
             };
-            match self.call(&mut conn, read(self.cache_key(user))).await {
-                Ok(Some(answer)) => {
+            match self.ask(&mut conn, user, &ask).await {
+                Ok(Asked::Hit(answer)) => {
                     self.stats.cache_hits.fetch_add(1, Relaxed);
                     return Ok(answer);
                 }
-                Ok(None) => {}
+                Ok(Asked::Granted(token)) => {
+                    return Ok(from_fill(self.fill(&mut conn, user, token).await?));
+                }
+                Ok(Asked::FilledMeanwhile) => {}
+                Ok(Asked::Busy) => {
+                    self.stats.busy_reads.fetch_add(1, Relaxed);
+                    break;
+                }
                 Err(_) => break,
             }
-            if let Filled::Ids(ids) = self.lease_and_fill(conn, user).await? {
-                return Ok(from_ids(ids));
-            }
         }
-        // The cache failed or was skipped, or the set was filled and evicted again
-        // three times over (the cache is thrashing).
-        Ok(from_ids(self.store.following_ids(user).await?))
+        // Any connection went back to the pool with the loop: MySQL may be slow.
+        Ok(from_mysql.await?)
+    }
+
+    /// Puts `ask` about `user`'s set to the cache on `conn`.
+    async fn ask<T>(
+        &self,
+        conn: &mut PooledConn,
+        user: u64,
+        ask: &Ask<'_, T>,
+    ) -> Result<Asked<T>, CacheError> {
+        let key = self.cache_key(user);
+        let reply = match ask {
+            Ask::WithLease(read) => self.call(conn, read(key)).await?,
+            Ask::ThenLease(read) => match self.call(conn, read(key.clone())).await? {
+                Some(answer) => Leased::Hit(answer),
+                None => match self
+                    .call(conn, Cmd::idset_lease(key, self.lease_opts()))
+                    .await?
+                {
+                    Leased::Hit(()) => return Ok(Asked::FilledMeanwhile),
+                    Leased::Granted(token) => Leased::Granted(token),
+                    Leased::Busy => Leased::Busy,
+                },
+            },
+        };
+        Ok(match reply {
+            Leased::Hit(answer) => Asked::Hit(answer),
+            Leased::Granted(token) => Asked::Granted(token),
+            Leased::Busy => Asked::Busy,
+        })
     }
 
     /// The users both `a` and `b` follow, ascending: intersected in the cache when

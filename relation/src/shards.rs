@@ -44,7 +44,7 @@ const MAX_DATABASE_LEN: usize = 64;
 /// published ones; the test vectors below pin them.
 ///
 /// ```
-/// use relcache_client::relation::shards::splitmix64;
+/// use relcache_relation::shards::splitmix64;
 /// assert_eq!(splitmix64(0), 0xe220_a839_7b1d_cdaf);
 /// ```
 pub const fn splitmix64(x: u64) -> u64 {

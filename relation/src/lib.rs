@@ -1,6 +1,9 @@
 //! The relation tier: who follows whom, stored as twin rows on sharded MySQL (the
 //! truth), with relcache in front.
 //!
+//! A crate of its own, over [`relcache_client`], so that a user of the RESP client
+//! alone does not compile a MySQL driver.
+//!
 //! - [`shards`]: the shard map (logical shard → database → host) and the fixed hash
 //!   that puts a user on a shard.
 //! - [`schema`]: the tables every shard holds, and their creation.
