@@ -1,30 +1,30 @@
 //! relcache-server: an in-memory relation cache that speaks the Redis protocol.
 //!
-//! Layers, each in its own module: [`conn`] reads and writes sockets and parses
-//! frames (with `relcache_protocol`); [`cmd`] turns requests into commands and runs
-//! them, one family per file; [`db`] stores keys in independently locked shards.
+//! Layers, each in its own module: `conn` reads and writes sockets and parses
+//! frames (with `relcache_protocol`); `cmd` turns requests into commands and runs
+//! them, one family per file; `db` stores keys in independently locked shards.
 //! The `relcache-server` binary (the root package's `src/main.rs`) only reads the
-//! command line and calls [`run`], which tests and benches can call too.
+//! command line and calls [`run`]. `docs/ARCHITECTURE.md` walks a request through.
 
+// Only what the binary needs is public, so the compiler reports dead code.
 pub mod alloc;
-pub mod blocking;
-pub mod cmd;
+mod blocking;
+mod cmd;
 pub mod config;
-pub mod conn;
+mod conn;
 mod cron;
-pub mod db;
-pub mod error;
-pub mod glob;
-pub mod listen;
+mod db;
+mod error;
+mod glob;
+mod listen;
 mod longdouble;
-pub mod offload;
-pub mod server;
-pub mod session;
-pub mod stats;
+mod offload;
+mod server;
+mod session;
+mod stats;
 
 pub use config::Config;
 pub use listen::run;
-pub use server::Server;
 
 /// The Redis version relcache reports (HELLO, INFO): clients gate features on it,
 /// and relcache implements the 7.2 command surface they expect.

@@ -139,10 +139,6 @@ impl Clients {
         self.map.lock().len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The client with this id, if connected.
     pub fn get(&self, id: i64) -> Option<Arc<ClientInfo>> {
         let id = u64::try_from(id).ok()?;

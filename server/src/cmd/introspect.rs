@@ -270,7 +270,7 @@ fn key_specs(spec: &CommandSpec) -> Vec<Frame> {
             ));
             out
         }
-        Keys::NumKeys { at } => {
+        Keys::Counted { at } => {
             let find = map(vec![
                 ("type", bulk("keynum")),
                 (
@@ -292,7 +292,7 @@ fn key_specs(spec: &CommandSpec) -> Vec<Frame> {
 fn info_entry(spec: &CommandSpec) -> Frame {
     let (first, last, step) = spec.key_range();
     let mut flags: Vec<Frame> = spec.flag_names().map(status).collect();
-    if matches!(spec.keys, Keys::NumKeys { .. }) && !spec.has(spec::MOVABLE_KEYS) {
+    if matches!(spec.keys, Keys::Counted { .. }) && !spec.has(spec::MOVABLE_KEYS) {
         flags.push(status("movablekeys"));
     }
     // A bare container (CLIENT, CONFIG …) is only @slow in Redis.
@@ -433,7 +433,7 @@ fn keys_of(target: &[Bytes]) -> Result<(&'static CommandSpec, Vec<usize>), CmdEr
         ));
     }
     let keys = match spec.keys {
-        Keys::NumKeys { at } => {
+        Keys::Counted { at } => {
             // Redis refuses a key count that is not a number or runs past the end.
             let n = parse_i64_opt(&target[at])
                 .and_then(|n| usize::try_from(n).ok())

@@ -36,14 +36,14 @@ use std::sync::LazyLock;
 use std::time::Instant;
 
 use bytes::Bytes;
-use relcache_protocol::resp::{Frame, Protocol};
+use relcache_protocol::resp::Frame;
 
 use crate::blocking::Wait;
 use crate::db::{LockMode, View};
 use crate::error::CmdError;
 use crate::server::Server;
 use crate::session::Session;
-pub use spec::{CommandSpec, Group, Keys};
+pub use spec::{CommandSpec, Keys};
 
 /// Every top-level command family's table.
 fn families() -> [&'static [CommandSpec]; 13] {
@@ -244,11 +244,6 @@ impl<'a, 'v> Ctx<'a, 'v> {
                 false
             }
         }
-    }
-
-    /// The protocol version of this connection.
-    pub fn proto(&self) -> Protocol {
-        self.session.proto
     }
 
     /// Whether this command runs inside EXEC.
@@ -521,23 +516,6 @@ pub fn parse_i64(arg: &[u8]) -> Result<i64, CmdError> {
 pub fn parse_i64_opt(arg: &[u8]) -> Option<i64> {
     // The same rules as the protocol's own header numbers.
     relcache_protocol::resp::parse_strict_i64(arg)
-}
-
-/// Parses a float argument as Redis's `strtold` would accept it (no NaN).
-pub fn parse_f64(arg: &[u8]) -> Result<f64, CmdError> {
-    let s = std::str::from_utf8(arg).map_err(|_| CmdError::NotFloat)?;
-    if s.is_empty() || s.starts_with(char::is_whitespace) || s.ends_with(char::is_whitespace) {
-        return Err(CmdError::NotFloat);
-    }
-    let v: f64 = match s.to_ascii_lowercase().as_str() {
-        "inf" | "+inf" | "infinity" | "+infinity" => f64::INFINITY,
-        "-inf" | "-infinity" => f64::NEG_INFINITY,
-        _ => s.parse().map_err(|_| CmdError::NotFloat)?,
-    };
-    if v.is_nan() {
-        return Err(CmdError::NotFloat);
-    }
-    Ok(v)
 }
 
 /// Case-insensitive comparison of an argument with an ASCII keyword.

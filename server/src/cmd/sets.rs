@@ -138,7 +138,7 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
         name: "sintercard",
         arity: -3,
         flags: spec::READONLY | spec::MOVABLE_KEYS,
-        keys: Keys::NumKeys { at: 1 },
+        keys: Keys::Counted { at: 1 },
         group: Group::Set,
         since: "7.0.0",
         summary: "Returns the number of members of the intersect of multiple sets.",

@@ -63,7 +63,7 @@ pub enum Keys {
     /// the last argument), as COMMAND INFO's first/last/step.
     Range { first: i32, last: i32, step: i32 },
     /// `args[at]` is a count of keys that follow it (SINTERCARD numkeys key …).
-    NumKeys { at: usize },
+    Counted { at: usize },
     /// The whole keyspace (KEYS, SCAN, FLUSHALL, DBSIZE, RANDOMKEY).
     All,
 }
@@ -168,11 +168,6 @@ impl CommandSpec {
         subcommands: &[],
     };
 
-    /// The part after `|` for subcommands.
-    pub fn short_name(&self) -> &'static str {
-        self.name.rsplit('|').next().unwrap_or(self.name)
-    }
-
     pub fn has(&self, flag: u32) -> bool {
         self.flags & flag != 0
     }
@@ -218,7 +213,7 @@ impl CommandSpec {
     pub fn key_range(&self) -> (i64, i64, i64) {
         match self.keys {
             Keys::Range { first, last, step } => (first as i64, last as i64, step as i64),
-            Keys::NumKeys { .. } | Keys::None | Keys::All => (0, 0, 0),
+            Keys::Counted { .. } | Keys::None | Keys::All => (0, 0, 0),
         }
     }
 
@@ -246,7 +241,7 @@ impl CommandSpec {
                         .collect(),
                 )
             }
-            Keys::NumKeys { at } => {
+            Keys::Counted { at } => {
                 let count = args
                     .get(at)
                     .and_then(|a| std::str::from_utf8(a).ok())
@@ -281,7 +276,7 @@ mod tests {
         };
         assert_eq!(del.key_indices(&args(&["del", "a", "b"])), Some(vec![1, 2]));
         let inter = CommandSpec {
-            keys: Keys::NumKeys { at: 1 },
+            keys: Keys::Counted { at: 1 },
             ..CommandSpec::DEFAULT
         };
         assert_eq!(

@@ -36,10 +36,6 @@ impl ShardMap {
         self.map.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
     /// Number of keys with an expiry.
     pub fn volatile_len(&self) -> usize {
         self.volatile.len()
@@ -189,15 +185,6 @@ pub enum Lookup<'a> {
     /// The key had expired and has just been removed.
     Expired,
     Absent,
-}
-
-impl<'a> Lookup<'a> {
-    pub fn live(self) -> Option<&'a mut Entry> {
-        match self {
-            Lookup::Live(e) => Some(e),
-            _ => None,
-        }
-    }
 }
 
 #[cfg(test)]
