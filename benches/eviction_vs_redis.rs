@@ -55,7 +55,7 @@ fn load_request(t: &Target, key: &str, user: u64) -> Vec<u8> {
     let ids = follows(user);
     match t {
         Target::Relcache(_) => encode(&[b"SET", key.as_bytes(), &Builder::new().build(&ids)]),
-        Target::Redis { .. } => {
+        Target::Redis(_) => {
             let dec: Vec<Vec<u8>> = ids.iter().map(|i| i.to_string().into_bytes()).collect();
             let mut args: Vec<&[u8]> = vec![b"SADD", key.as_bytes()];
             args.extend(dec.iter().map(|d| d.as_slice()));

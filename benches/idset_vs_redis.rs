@@ -48,7 +48,7 @@ fn load(t: &Target) {
         let ids = user_ids(u);
         let req = match t {
             Target::Relcache(_) => encode(&[b"SET", key.as_bytes(), &Builder::new().build(&ids)]),
-            Target::Redis { .. } => {
+            Target::Redis(_) => {
                 let dec = decimal(&ids);
                 let mut args: Vec<&[u8]> = vec![b"SADD", key.as_bytes()];
                 args.extend(dec.iter().map(|d| d.as_slice()));
@@ -123,7 +123,7 @@ fn get_p99_under_load(t: &Target, loading: bool) -> f64 {
     let ids: Vec<u64> = (1..=BIG_SET).map(|i| i * 31).collect();
     let req = match t {
         Target::Relcache(_) => encode(&[b"SET", b"bigload", &Builder::new().build(&ids)]),
-        Target::Redis { .. } => {
+        Target::Redis(_) => {
             let dec = decimal(&ids);
             let mut args: Vec<&[u8]> = vec![b"SADD", b"bigload"];
             args.extend(dec.iter().map(|d| d.as_slice()));

@@ -29,72 +29,10 @@
 #[path = "../tests/harness/mod.rs"]
 mod harness;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
+use harness::real_redis::RedisServer;
 use harness::TestServer;
-
-/// A real `redis-server`, killed on drop.
-struct RedisServer {
-    child: Child,
-    port: u16,
-}
-
-impl RedisServer {
-    fn start() -> RedisServer {
-        for _attempt in 0..5 {
-            // Pick a free port, release it, hand it to redis-server. Another process
-            // could grab it in between; then we try again.
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            let child = Command::new(harness::tool("redis-server"))
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn redis-server");
-            let mut server = RedisServer { child, port };
-            if server.wait_ready() {
-                return server;
-            }
-        }
-        panic!("could not start redis-server");
-    }
-
-    fn wait_ready(&mut self) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if !matches!(self.child.try_wait(), Ok(None)) {
-                return false;
-            }
-            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
-                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                let mut buf = [0u8; 16];
-                if s.write_all(b"PING\r\n").is_ok()
-                    && matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
-                {
-                    return true;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// One redis-benchmark row: req/s and p50 latency in ms.
 #[derive(Clone, Copy, Debug)]

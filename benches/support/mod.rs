@@ -9,7 +9,6 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -21,7 +20,7 @@ pub mod harness;
 /// A server under test: relcache or a real redis-server.
 pub enum Target {
     Relcache(harness::TestServer),
-    Redis { child: Child, port: u16 },
+    Redis(harness::real_redis::RedisServer),
 }
 
 impl Target {
@@ -31,47 +30,20 @@ impl Target {
 
     /// A real redis-server with persistence off, on a free port.
     pub fn redis(args: &[&str]) -> Target {
-        let port = free_port();
-        let child = Command::new(harness::tool("redis-server"))
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start redis-server (apt-get install redis-server)");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
-                if roundtrip(&mut s, &[b"PING"]).is_ok() {
-                    break;
-                }
-            }
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Target::Redis { child, port }
+        Target::Redis(harness::real_redis::RedisServer::start_with(args))
     }
 
     pub fn port(&self) -> u16 {
         match self {
             Target::Relcache(s) => s.port,
-            Target::Redis { port, .. } => *port,
+            Target::Redis(r) => r.port,
         }
     }
 
     pub fn name(&self) -> &'static str {
         match self {
             Target::Relcache(_) => "relcache",
-            Target::Redis { .. } => "redis",
+            Target::Redis(_) => "redis",
         }
     }
 
@@ -94,15 +66,6 @@ impl Target {
             .and_then(|v| v.trim().parse::<f64>().ok())
             .map(|v| v as u64)
             .unwrap_or_else(|| panic!("{} INFO has no {field}", self.name()))
-    }
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        if let Target::Redis { child, .. } = self {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 

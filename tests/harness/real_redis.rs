@@ -1,11 +1,12 @@
-//! A real `redis-server` beside relcache, for tests that compare the two replies
-//! for the same request: persistence off, on a free port, killed on drop.
+//! A real `redis-server` beside relcache, for tests and benchmarks that compare the
+//! two: persistence off, on a free port, killed on drop.
 
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{roundtrip, tool};
+use super::tool;
 
 pub struct RedisServer {
     child: Child,
@@ -14,32 +15,54 @@ pub struct RedisServer {
 
 impl RedisServer {
     pub fn start() -> RedisServer {
-        // Binding port 0 and closing it leaves a window in which another process
-        // could take the port; a failed start below says so rather than hanging.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("find a free port")
-            .port();
-        let child = Command::new(tool("redis-server"))
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start redis-server (apt-get install redis-server)");
-        let mut server = RedisServer { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
-                roundtrip(&mut s, b"*1\r\n$4\r\nPING\r\n", b"+PONG\r\n");
+        RedisServer::start_with(&[])
+    }
+
+    /// Starts one with extra `redis-server` arguments (`--maxmemory 64mb` …).
+    pub fn start_with(args: &[&str]) -> RedisServer {
+        for _attempt in 0..5 {
+            // Pick a free port, release it, hand it to redis-server. Another process
+            // could take it in between; then redis-server exits and we try again.
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("find a free port")
+                .port();
+            let child = Command::new(tool("redis-server"))
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start redis-server (apt-get install redis-server)");
+            let mut server = RedisServer { child, port };
+            if server.wait_ready() {
                 return server;
             }
-            if let Ok(Some(status)) = server.child.try_wait() {
-                panic!("redis-server exited at start ({status}): port {port} taken?");
+        }
+        panic!("could not start redis-server");
+    }
+
+    /// Polls PING until it answers; false if the process exited (port taken).
+    fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return false;
             }
-            assert!(Instant::now() < deadline, "redis-server did not start");
+            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut buf = [0u8; 16];
+                if s.write_all(b"PING\r\n").is_ok()
+                    && matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+                {
+                    return true;
+                }
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
+        false
     }
 
     pub fn raw(&self) -> TcpStream {
