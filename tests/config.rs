@@ -10,18 +10,8 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use harness::{server_bin, TestServer};
+use harness::{config_get, server_bin, TestServer};
 use redis::Connection;
-
-fn config_get(con: &mut Connection, name: &str) -> String {
-    let v: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg(name)
-        .query(con)
-        .unwrap();
-    assert_eq!(v.len(), 2, "{v:?}");
-    v[1].clone()
-}
 
 fn config_set(con: &mut Connection, name: &str, value: &str) -> redis::RedisResult<()> {
     redis::cmd("CONFIG")

@@ -6,7 +6,7 @@ mod harness;
 use std::io::Write;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use harness::{read_n, read_to_end, resp_cmd, roundtrip, ReadEnd, TestServer};
+use harness::{config_get, read_n, read_to_end, resp_cmd, roundtrip, ReadEnd, TestServer};
 use redis::{Connection, Value};
 
 fn info(con: &mut Connection, section: &str) -> String {
@@ -347,16 +347,6 @@ fn config_get_shapes_and_fixed_persistence_answers() {
         &resp_cmd(&[b"CONFIG", b"GET", b"appendonly"]),
         b"%1\r\n$10\r\nappendonly\r\n$2\r\nno\r\n",
     );
-}
-
-fn config_get(con: &mut Connection, name: &str) -> String {
-    let v: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg(name)
-        .query(con)
-        .unwrap();
-    assert_eq!(v.len(), 2, "{v:?}");
-    v[1].clone()
 }
 
 #[test]

@@ -348,6 +348,17 @@ where
         .unwrap_or_else(|e| panic!("INFO {name}:{raw}: {e:?}"))
 }
 
+/// One parameter's value, by CONFIG GET.
+pub fn config_get(con: &mut redis::Connection, name: &str) -> String {
+    let v: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(name)
+        .query(con)
+        .unwrap();
+    assert_eq!(v.len(), 2, "{v:?}");
+    v[1].clone()
+}
+
 /// Field `name` of `INFO section` (`everything` for all), parsed.
 pub fn info_stat<T: std::str::FromStr>(con: &mut redis::Connection, section: &str, name: &str) -> T
 where
