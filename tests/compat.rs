@@ -138,8 +138,43 @@ fn a_deep_pipeline_of_large_gets_is_served_with_the_default_limits() {
     roundtrip(&mut c, b"*1\r\n$4\r\nPING\r\n", b"+PONG\r\n");
 }
 
+/// A pipeline written whole before any reply is read, whose early replies pass the
+/// soft limit (80 MB of GETs) and whose later requests are more than the kernel
+/// buffers hold (30 MB of SETs): the server keeps reading while it holds the
+/// requests back, so the client finishes writing, then reads everything.
+#[test]
+fn a_pipeline_written_whole_before_reading_is_served() {
+    const VALUE: usize = 40 << 10;
+    const GETS: usize = 2_000;
+    const SETS: usize = 3_000;
+    let s = TestServer::start();
+    set_big(&s, "v40k", VALUE);
+    let mut requests = resp_cmd(&[b"GET", b"v40k"]).repeat(GETS);
+    let value = vec![b'w'; 10 << 10];
+    for i in 0..SETS {
+        requests.extend(resp_cmd(&[b"SET", format!("s{i}").as_bytes(), &value]));
+    }
+    let mut c = s.raw();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut w = c.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        w.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+        w.write_all(&requests).is_ok()
+    });
+    // Like redis-py: no reply is read until every request is written.
+    assert!(
+        writer.join().unwrap(),
+        "the client could not finish writing"
+    );
+    for _ in 0..GETS {
+        read_big_bulk(&mut c, VALUE);
+    }
+    assert_eq!(read_n(&mut c, 5 * SETS), b"+OK\r\n".repeat(SETS));
+    roundtrip(&mut c, b"*1\r\n$4\r\nPING\r\n", b"+PONG\r\n");
+}
+
 /// A client that sends and never reads is held back at the soft limit (its
-/// requests are no longer read, so its buffer stops growing) and disconnected once
+/// requests are no longer run, so its output stops growing) and disconnected once
 /// it has taken nothing for `soft_seconds`; the reason is counted in INFO, and
 /// everyone else is served throughout.
 #[test]

@@ -183,7 +183,11 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
             .into_iter()
             .flatten()
             .min();
-        let want_read = !closing && !held_back(soft_limit, &wbuf);
+        // Input is read even while requests are held back: a client that writes a
+        // whole pipeline before reading any reply (redis-py, hiredis) must be able
+        // to finish writing, or it would never read. What waits is bounded by
+        // `client-query-buffer-limit`, as any unread input is.
+        let want_read = !closing;
         let want_write = !wbuf.is_empty();
         tokio::select! {
             biased;
@@ -304,11 +308,12 @@ fn try_write(server: &Server, stream: &TcpStream, wbuf: &mut BytesMut) -> io::Re
     Ok(written)
 }
 
-/// Whether to stop taking requests from this client until its pending output is
-/// back under the soft `client-output-buffer-limit`: a client that sends faster
-/// than it reads is slowed down by TCP instead of growing its buffer here. A
-/// client reading one large reply (a 300 MB GET) is never held back mid-reply:
-/// the check comes between requests.
+/// Whether to stop running this client's requests until its pending output is back
+/// under the soft `client-output-buffer-limit`: a client that sends faster than it
+/// reads waits for its own replies instead of growing its output here. Its input
+/// is still read (see the loop), so it is never stuck writing. A client reading one
+/// large reply (a 300 MB GET) is never held back mid-reply: the check comes
+/// between requests.
 fn held_back(soft_limit: u64, wbuf: &BytesMut) -> bool {
     soft_limit > 0 && wbuf.len() as u64 > soft_limit
 }
