@@ -366,3 +366,43 @@ fn redis_py_sees_redis_answers() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// WATCH's promise under contention: clients that each do WATCH, GET, MULTI, SET
+/// (the value + 1), EXEC on one counter never lose an update, so the counter ends
+/// equal to the number of transactions that committed. (EXEC used to check the
+/// watch before locking the keys, leaving a window for another client's SET.)
+#[test]
+fn watch_loses_no_update_under_contention() {
+    const CLIENTS: usize = 4;
+    const ATTEMPTS: usize = 1_500;
+    let s = TestServer::start();
+    let mut admin = s.conn();
+    let () = redis::cmd("SET").arg("n").arg(0).query(&mut admin).unwrap();
+    let committed: usize = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                let mut con = s.conn();
+                scope.spawn(move || {
+                    let mut won = 0;
+                    for _ in 0..ATTEMPTS {
+                        let () = redis::cmd("WATCH").arg("n").query(&mut con).unwrap();
+                        let n: i64 = redis::cmd("GET").arg("n").query(&mut con).unwrap();
+                        let done: Option<((),)> = redis::pipe()
+                            .atomic()
+                            .cmd("SET")
+                            .arg("n")
+                            .arg(n + 1)
+                            .query(&mut con)
+                            .unwrap();
+                        won += usize::from(done.is_some());
+                    }
+                    won
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).sum()
+    });
+    let n: usize = redis::cmd("GET").arg("n").query(&mut admin).unwrap();
+    assert!(committed > 0);
+    assert_eq!(n, committed, "updates lost despite WATCH");
+}

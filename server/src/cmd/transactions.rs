@@ -192,17 +192,6 @@ fn exec(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
             "EXECABORT Transaction discarded because of previous errors.".into(),
         ));
     }
-    let now = now_ms();
-    let watched_expired = session
-        .watched
-        .iter()
-        .any(|(_, e)| e.is_some_and(|at| at <= now));
-    if session.watch_flag.load(Relaxed) || watched_expired {
-        unwatch_all(server, session);
-        return Ok(Frame::NullArray);
-    }
-    unwatch_all(server, session);
-
     // Resolve every queued command (they were checked when queued) and collect the
     // keys of all of them, so one view locks everything the transaction touches.
     let reg = registry();
@@ -221,12 +210,28 @@ fn exec(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
         write |= spec.has(spec::WRITE) || spec.has(spec::LOCK_WRITE) || spec.has(spec::BLOCKING);
         resolved.push((id, spec));
     }
-    let mode = if write {
+    // The watched keys are locked with the transaction's own (exclusively: their
+    // watchers are removed through this view), and checked under those locks, so
+    // no write can land between the check and the commands.
+    let watched = std::mem::take(&mut session.watched);
+    keys.extend(watched.iter().map(|(k, _)| &k[..]));
+    let mode = if write || !watched.is_empty() {
         LockMode::Write
     } else {
         LockMode::Read
     };
     let mut view = server.db.view(&keys, all, mode);
+    let now = now_ms();
+    let watched_expired = watched.iter().any(|(_, e)| e.is_some_and(|at| at <= now));
+    let aborted = session.watch_flag.load(Relaxed) || watched_expired;
+    for (k, _) in &watched {
+        view.unwatch(k, &session.watch_flag);
+    }
+    session.watch_flag.store(false, Relaxed);
+    if aborted {
+        server.absorb_view_stats(&view);
+        return Ok(Frame::NullArray);
+    }
     let mut replies = Vec::with_capacity(resolved.len());
     let mut close = false;
     for ((id, spec), args) in resolved.into_iter().zip(&multi.queued) {
