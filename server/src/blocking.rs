@@ -61,6 +61,7 @@ pub fn park(server: &Server, info: &ClientInfo, args: &mut Vec<Bytes>, wait: Wai
     // A CLIENT UNBLOCK that raced with the end of an earlier wait must not end this
     // one. (One that comes while this command waits is kept.)
     info.take_unblock();
+    info.parks.fetch_add(1, Relaxed);
     set_blocked(server, info, true);
     Parked {
         args: std::mem::take(args),
@@ -126,14 +127,21 @@ impl ClientInfo {
         if !self.blocked.load(Relaxed) {
             return false;
         }
-        self.unblock.store(how as u8, Relaxed);
+        // Tagged with the park it was meant for: if that wait ends and another
+        // begins before the request is taken, the request is stale and ignored.
+        let park = self.parks.load(Relaxed);
+        self.unblock.store(park << 2 | how as u64, Relaxed);
         self.unblock_signal.notify_one();
         true
     }
 
-    /// Takes a pending CLIENT UNBLOCK request, if any.
+    /// Takes a pending CLIENT UNBLOCK request for the current park, if any.
     fn take_unblock(&self) -> Option<Unblock> {
-        match self.unblock.swap(0, Relaxed) {
+        let asked = self.unblock.swap(0, Relaxed);
+        if asked == 0 || asked >> 2 != self.parks.load(Relaxed) {
+            return None;
+        }
+        match asked & 3 {
             1 => Some(Unblock::Timeout),
             2 => Some(Unblock::Error),
             _ => None,

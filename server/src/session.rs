@@ -35,9 +35,13 @@ pub struct ClientInfo {
     /// Parked in a blocking command (the `b` flag of CLIENT LIST); kept by
     /// [`crate::blocking`], like the two fields below.
     pub(crate) blocked: std::sync::atomic::AtomicBool,
+    /// Which park this is: counted up each time a command parks, so a CLIENT
+    /// UNBLOCK meant for one wait cannot end the next.
+    pub(crate) parks: AtomicU64,
     /// Set by CLIENT UNBLOCK for a parked client, which then answers its parked
-    /// command at once: a [`crate::blocking::Unblock`] as a `u8` (0: not asked).
-    pub(crate) unblock: AtomicU8,
+    /// command at once: the park's number and a [`crate::blocking::Unblock`] in one
+    /// word (0: not asked).
+    pub(crate) unblock: AtomicU64,
     /// Wakes the connection to act on `unblock`.
     pub(crate) unblock_signal: tokio::sync::Notify,
     /// Cancelled by CLIENT KILL (and by shutdown, as a child of the server token).
@@ -123,7 +127,8 @@ impl Clients {
             qbuf: AtomicU64::new(0),
             obuf: AtomicU64::new(0),
             blocked: std::sync::atomic::AtomicBool::new(false),
-            unblock: AtomicU8::new(0),
+            parks: AtomicU64::new(0),
+            unblock: AtomicU64::new(0),
             unblock_signal: tokio::sync::Notify::new(),
             kill: parent.child_token(),
         });
