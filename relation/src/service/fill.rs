@@ -42,14 +42,19 @@ impl HeldLeases {
         if self.leases.is_empty() || !conn.is_usable() {
             return;
         }
-        let _ = relations.call_pipeline(conn, self.releases()).await;
+        // The leases count as held until the releases are answered: if this caller
+        // gives up meanwhile, or the connection fails, `Drop` sends them again on
+        // another connection.
+        if relations.call_pipeline(conn, self.releases()).await.is_ok() {
+            self.leases.clear();
+        }
     }
 
-    /// `IDSET.RELEASE` for every lease still held, which are then no longer.
-    fn releases(&mut self) -> Vec<Cmd<bool>> {
+    /// `IDSET.RELEASE` for every lease still held.
+    fn releases(&self) -> Vec<Cmd<bool>> {
         self.leases
-            .drain(..)
-            .map(|(key, token)| Cmd::idset_release(key, token))
+            .iter()
+            .map(|(key, token)| Cmd::idset_release(key.clone(), *token))
             .collect()
     }
 }
@@ -64,6 +69,7 @@ impl Drop for HeldLeases {
         };
         let cache = self.cache.clone();
         let release = self.releases();
+        self.leases.clear();
         runtime.spawn(async move {
             let _ = cache.run_pipeline(release).await;
         });
