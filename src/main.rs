@@ -28,13 +28,17 @@ struct Cli {
 
 /// The command line: [`Cli`] plus one `--name value` flag per configuration
 /// parameter, made from the same table the config file and CONFIG SET use, so a
-/// new parameter is a flag with no edit here.
+/// new parameter is a flag with no edit here. As with redis-server, a value may
+/// be several words up to the next flag (`--bind 127.0.0.1 ::1`, `--save 900 1`),
+/// joined as one config line would have them.
 fn command_line() -> clap::Command {
     PARAMS.iter().fold(Cli::command(), |cmd, p| {
         cmd.arg(
             clap::Arg::new(p.name)
                 .long(p.name)
                 .value_name("VALUE")
+                .num_args(1..)
+                .allow_negative_numbers(true)
                 .help(p.help),
         )
     })
@@ -60,9 +64,10 @@ fn main() -> anyhow::Result<()> {
     }
     // Flags override the file, as in redis-server.
     for p in PARAMS {
-        if let Some(v) = matches.get_one::<String>(p.name) {
+        if let Some(words) = matches.get_many::<String>(p.name) {
+            let value = words.map(String::as_str).collect::<Vec<_>>().join(" ");
             config
-                .set(p.name, v, true)
+                .set(p.name, &value, true)
                 .map_err(|e| anyhow::anyhow!("--{}: {e}", p.name))?;
         }
     }

@@ -257,3 +257,20 @@ fn config_set_loglevel_changes_what_is_logged() {
     drop(srv);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// As with redis-server, a flag's value may be several words up to the next flag.
+#[test]
+fn a_flag_value_may_be_several_words() {
+    let s = TestServer::start_with(&[
+        "--client-output-buffer-limit",
+        "normal",
+        "0",
+        "32mb",
+        "10",
+        "--maxmemory-samples",
+        "7",
+    ]);
+    let mut con = s.conn();
+    assert!(config_get(&mut con, "client-output-buffer-limit").starts_with("normal 0 33554432 10 "));
+    assert_eq!(config_get(&mut con, "maxmemory-samples"), "7");
+}
