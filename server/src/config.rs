@@ -7,7 +7,7 @@
 //! side.
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 
 use parking_lot::RwLock;
 
@@ -66,6 +66,16 @@ pub struct Config {
     /// The config file the server was started with (INFO `config_file`, CONFIG
     /// REWRITE); `None` when there was none.
     pub config_file: RwLock<Option<std::path::PathBuf>>,
+    /// SLOWLOG records commands that take at least this many µs (-1: none, 0: all).
+    pub slowlog_log_slower_than: AtomicI64,
+    pub slowlog_max_len: AtomicU64,
+    /// LATENCY records events that take at least this many ms (0: off).
+    pub latency_monitor_threshold: AtomicU64,
+    /// Per-command latency histograms (INFO latencystats, LATENCY HISTOGRAM).
+    pub latency_tracking: AtomicBool,
+    pub latency_tracking_info_percentiles: RwLock<Vec<f64>>,
+    /// Derived, not a parameter: see [`crate::observe::Gate`].
+    pub observe_gate: crate::observe::Gate,
 }
 
 impl Default for Config {
@@ -94,6 +104,12 @@ impl Default for Config {
             lease_max_ttl: AtomicU64::new(60_000),
             lease_max_count: AtomicU64::new(100_000),
             config_file: RwLock::new(None),
+            slowlog_log_slower_than: AtomicI64::new(10_000),
+            slowlog_max_len: AtomicU64::new(128),
+            latency_monitor_threshold: AtomicU64::new(0),
+            latency_tracking: AtomicBool::new(true),
+            latency_tracking_info_percentiles: RwLock::new(vec![50.0, 99.0, 99.9]),
+            observe_gate: crate::observe::Gate::default(),
         }
     }
 }
@@ -398,6 +414,84 @@ pub static PARAMS: &[Param] = &[
             } else {
                 Err("relcache has a single database".into())
             }
+        },
+    },
+    Param {
+        name: "slowlog-log-slower-than",
+        mutable: true,
+        get: |c| c.slowlog_log_slower_than.load(Relaxed).to_string(),
+        set: |c, v| {
+            let n: i64 = v
+                .parse()
+                .map_err(|_| "argument couldn't be parsed into an integer".to_string())?;
+            if n < -1 {
+                return Err(format!(
+                    "argument must be between -1 and {} inclusive",
+                    i64::MAX
+                ));
+            }
+            c.slowlog_log_slower_than.store(n, Relaxed);
+            c.observe_gate.refresh(c);
+            Ok(())
+        },
+    },
+    Param {
+        name: "slowlog-max-len",
+        mutable: true,
+        get: |c| get_u(&c.slowlog_max_len),
+        set: |c, v| set_u(&c.slowlog_max_len, v, 0, i64::MAX as u64),
+    },
+    Param {
+        name: "latency-monitor-threshold",
+        mutable: true,
+        get: |c| get_u(&c.latency_monitor_threshold),
+        set: |c, v| {
+            set_u(&c.latency_monitor_threshold, v, 0, i64::MAX as u64)?;
+            c.observe_gate.refresh(c);
+            Ok(())
+        },
+    },
+    Param {
+        name: "latency-tracking",
+        mutable: true,
+        get: |c| {
+            if c.latency_tracking.load(Relaxed) {
+                "yes"
+            } else {
+                "no"
+            }
+            .into()
+        },
+        set: |c, v| {
+            c.latency_tracking.store(yes_no(v)?, Relaxed);
+            c.observe_gate.refresh(c);
+            Ok(())
+        },
+    },
+    Param {
+        name: "latency-tracking-info-percentiles",
+        mutable: true,
+        get: |c| {
+            let p = c.latency_tracking_info_percentiles.read();
+            p.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        },
+        set: |c, v| {
+            let p = v
+                .split_whitespace()
+                .map(|w| w.parse::<f64>().ok().filter(|x| x.is_finite()))
+                .collect::<Option<Vec<f64>>>()
+                .ok_or("Invalid latency-tracking-info-percentiles parameters")?;
+            if p.iter().any(|x| !(0.0..=100.0).contains(x)) {
+                return Err(
+                    "latency-tracking-info-percentiles parameters should sit between [0.0,100.0]"
+                        .into(),
+                );
+            }
+            *c.latency_tracking_info_percentiles.write() = p;
+            Ok(())
         },
     },
 ];

@@ -16,6 +16,7 @@ pub mod db;
 pub mod error;
 pub mod glob;
 pub mod listen;
+pub mod observe;
 pub mod offload;
 pub mod server;
 pub mod session;

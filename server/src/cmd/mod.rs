@@ -17,9 +17,12 @@ pub mod ids;
 mod idset;
 mod introspect;
 mod keys;
+mod latency;
 mod lease;
+mod monitor;
 mod server;
 mod sets;
+mod slowlog;
 mod strings;
 mod transactions;
 
@@ -40,15 +43,18 @@ use crate::session::Session;
 pub use spec::{CommandSpec, Group, Keys};
 
 /// Every top-level command family's table.
-fn families() -> [&'static [CommandSpec]; 9] {
+fn families() -> [&'static [CommandSpec]; 12] {
     [
         connection::COMMANDS,
         idset::COMMANDS,
         introspect::COMMANDS,
         keys::COMMANDS,
+        latency::COMMANDS,
         lease::COMMANDS,
+        monitor::COMMANDS,
         server::COMMANDS,
         sets::COMMANDS,
+        slowlog::COMMANDS,
         strings::COMMANDS,
         transactions::COMMANDS,
     ]
@@ -308,9 +314,7 @@ pub fn dispatch(
         Outcome::Park(wait) => (None, Flow::Park(wait)),
     };
     if let Some(reply) = reply {
-        if reply.is_error() {
-            server.stats.total_error_replies.incr();
-        }
+        crate::observe::error_reply(server, &reply);
         reply.encode(session.proto, out);
     }
     flow
@@ -480,8 +484,10 @@ pub(crate) fn run<'a, 'v>(
     }
     let stats = &server.cmdstats[id];
     stats.calls.incr();
-    stats.nanos.add(start.elapsed().as_nanos() as u64);
+    let nanos = start.elapsed().as_nanos() as u64;
+    stats.nanos.add(nanos);
     server.stats.total_commands_processed.incr();
+    crate::observe::after_command(server, &ctx.session.info, id, spec, args, nanos);
     let reply = result.unwrap_or_else(|e| {
         stats.failed_calls.incr();
         e.to_frame()
