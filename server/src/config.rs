@@ -439,14 +439,36 @@ pub static PARAMS: &[Param] = &[
         name: "slowlog-max-len",
         mutable: true,
         get: |c| get_u(&c.slowlog_max_len),
-        set: |c, v| set_u(&c.slowlog_max_len, v, 0, i64::MAX as u64),
+        set: |c, v| {
+            // Parsed signed, so a negative value gets Redis's range message.
+            let n: i64 = v
+                .parse()
+                .map_err(|_| "argument couldn't be parsed into an integer".to_string())?;
+            if n < 0 {
+                return Err(format!(
+                    "argument must be between 0 and {} inclusive",
+                    i64::MAX
+                ));
+            }
+            c.slowlog_max_len.store(n as u64, Relaxed);
+            Ok(())
+        },
     },
     Param {
         name: "latency-monitor-threshold",
         mutable: true,
         get: |c| get_u(&c.latency_monitor_threshold),
         set: |c, v| {
-            set_u(&c.latency_monitor_threshold, v, 0, i64::MAX as u64)?;
+            let n: i64 = v
+                .parse()
+                .map_err(|_| "argument couldn't be parsed into an integer".to_string())?;
+            if n < 0 {
+                return Err(format!(
+                    "argument must be between 0 and {} inclusive",
+                    i64::MAX
+                ));
+            }
+            c.latency_monitor_threshold.store(n as u64, Relaxed);
             c.observe_gate.refresh(c);
             Ok(())
         },
