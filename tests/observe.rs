@@ -451,3 +451,49 @@ fn monitor_that_never_reads_is_disconnected_by_the_output_limit() {
     });
     assert!(gone, "the monitor is still connected");
 }
+
+#[test]
+fn config_rows_answer_as_redis() {
+    let s = TestServer::start();
+    let got = s.cli_out(&["config", "get", "slowlog*"]);
+    assert_eq!(got, "slowlog-log-slower-than\n10000\nslowlog-max-len\n128");
+    let got = s.cli_out(&["config", "get", "latency-tracking*"]);
+    assert_eq!(
+        got,
+        "latency-tracking\nyes\nlatency-tracking-info-percentiles\n50 99 99.9"
+    );
+    for (args, err) in [
+        (
+            ["slowlog-max-len", "-1"],
+            "ERR CONFIG SET failed (possibly related to argument 'slowlog-max-len') - argument must be between 0 and 9223372036854775807 inclusive",
+        ),
+        (
+            ["slowlog-log-slower-than", "-2"],
+            "ERR CONFIG SET failed (possibly related to argument 'slowlog-log-slower-than') - argument must be between -1 and 9223372036854775807 inclusive",
+        ),
+        (
+            ["latency-tracking-info-percentiles", "50 abc"],
+            "ERR CONFIG SET failed (possibly related to argument 'latency-tracking-info-percentiles') - Invalid latency-tracking-info-percentiles parameters",
+        ),
+        (
+            ["latency-tracking-info-percentiles", "101"],
+            "ERR CONFIG SET failed (possibly related to argument 'latency-tracking-info-percentiles') - latency-tracking-info-percentiles parameters should sit between [0.0,100.0]",
+        ),
+    ] {
+        assert_eq!(s.cli_out(&["config", "set", args[0], args[1]]), err);
+    }
+    assert_eq!(
+        s.cli_out(&["slowlog", "get", "1", "2"]),
+        "ERR unknown subcommand or wrong number of arguments for 'get'. Try SLOWLOG HELP."
+    );
+    let help = s.cli_out(&["slowlog", "help"]);
+    assert!(help.starts_with("SLOWLOG <subcommand>") && help.ends_with("Prints this help."));
+    // Inside a transaction MONITOR is refused, as Redis refuses it.
+    let mut c = s.conn();
+    let replies: Result<Value, _> = redis::pipe().atomic().cmd("MONITOR").query(&mut c);
+    let text = format!("{replies:?}");
+    assert!(
+        text.contains("MONITOR isn't allowed for DENY BLOCKING client"),
+        "{text}"
+    );
+}

@@ -421,16 +421,8 @@ pub static PARAMS: &[Param] = &[
         mutable: true,
         get: |c| c.slowlog_log_slower_than.load(Relaxed).to_string(),
         set: |c, v| {
-            let n: i64 = v
-                .parse()
-                .map_err(|_| "argument couldn't be parsed into an integer".to_string())?;
-            if n < -1 {
-                return Err(format!(
-                    "argument must be between -1 and {} inclusive",
-                    i64::MAX
-                ));
-            }
-            c.slowlog_log_slower_than.store(n, Relaxed);
+            c.slowlog_log_slower_than
+                .store(parse_at_least(v, -1)?, Relaxed);
             c.observe_gate.refresh(c);
             Ok(())
         },
@@ -440,16 +432,7 @@ pub static PARAMS: &[Param] = &[
         mutable: true,
         get: |c| get_u(&c.slowlog_max_len),
         set: |c, v| {
-            // Parsed signed, so a negative value gets Redis's range message.
-            let n: i64 = v
-                .parse()
-                .map_err(|_| "argument couldn't be parsed into an integer".to_string())?;
-            if n < 0 {
-                return Err(format!(
-                    "argument must be between 0 and {} inclusive",
-                    i64::MAX
-                ));
-            }
+            let n = parse_at_least(v, 0)?;
             c.slowlog_max_len.store(n as u64, Relaxed);
             Ok(())
         },
@@ -459,15 +442,7 @@ pub static PARAMS: &[Param] = &[
         mutable: true,
         get: |c| get_u(&c.latency_monitor_threshold),
         set: |c, v| {
-            let n: i64 = v
-                .parse()
-                .map_err(|_| "argument couldn't be parsed into an integer".to_string())?;
-            if n < 0 {
-                return Err(format!(
-                    "argument must be between 0 and {} inclusive",
-                    i64::MAX
-                ));
-            }
+            let n = parse_at_least(v, 0)?;
             c.latency_monitor_threshold.store(n as u64, Relaxed);
             c.observe_gate.refresh(c);
             Ok(())
@@ -517,6 +492,21 @@ pub static PARAMS: &[Param] = &[
         },
     },
 ];
+
+/// An integer of at least `min`, parsed signed so a negative value gets Redis's
+/// range message rather than a parse error.
+fn parse_at_least(v: &str, min: i64) -> Result<i64, String> {
+    let n: i64 = v
+        .parse()
+        .map_err(|_| "argument couldn't be parsed into an integer".to_string())?;
+    if n < min {
+        return Err(format!(
+            "argument must be between {min} and {} inclusive",
+            i64::MAX
+        ));
+    }
+    Ok(n)
+}
 
 fn find(name: &str) -> Option<&'static Param> {
     PARAMS.iter().find(|p| p.name.eq_ignore_ascii_case(name))
