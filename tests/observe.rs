@@ -497,3 +497,29 @@ fn config_rows_answer_as_redis() {
         "{text}"
     );
 }
+
+#[test]
+fn avg_ttl_is_estimated_by_the_expiry_cycle() {
+    let s = TestServer::start();
+    let mut c = s.conn();
+    for i in 0..50 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("t{i}"))
+            .arg(1)
+            .arg("EX")
+            .arg(100)
+            .query(&mut c)
+            .unwrap();
+    }
+    let mut line = String::new();
+    let estimated = eventually(Duration::from_secs(10), || {
+        line = info_field(&mut c, "keyspace", "db0").unwrap_or_default();
+        let avg: u64 = line
+            .rsplit("avg_ttl=")
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        (90_000..=100_000).contains(&avg)
+    });
+    assert!(estimated, "{line}");
+}
