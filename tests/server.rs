@@ -187,10 +187,11 @@ fn info_keyspace_follows_sets_deletes_and_expiries() {
     query(&mut con, &["SET", "a", "1"]).unwrap();
     query(&mut con, &["SET", "b", "2", "EX", "100"]).unwrap();
     query(&mut con, &["SET", "c", "3", "PX", "50"]).unwrap();
-    assert!(info(&mut con, "keyspace").contains("db0:keys=3,expires=2,avg_ttl=0"));
+    // avg_ttl is the expiry cycle's estimate (tests/observe.rs), any value here.
+    assert!(info(&mut con, "keyspace").contains("db0:keys=3,expires=2,avg_ttl="));
     query(&mut con, &["DEL", "a"]).unwrap();
     // c expires on its own (active expiry): keys and expires both drop.
-    wait_keyspace(&mut con, |ks| ks.contains("db0:keys=1,expires=1,avg_ttl=0"));
+    wait_keyspace(&mut con, |ks| ks.contains("db0:keys=1,expires=1,avg_ttl="));
     assert!(stat(&mut con, "expired_keys") >= 1);
     query(&mut con, &["DEL", "b"]).unwrap();
     assert!(!info(&mut con, "keyspace").contains("db0:"));

@@ -169,11 +169,9 @@ pub fn on_unblock(
             server.stats.lease_busy.incr();
             Frame::Null
         }
-        Unblock::Error => {
-            server.stats.total_error_replies.incr();
-            Frame::error("UNBLOCKED client unblocked via CLIENT UNBLOCK")
-        }
+        Unblock::Error => Frame::error("UNBLOCKED client unblocked via CLIENT UNBLOCK"),
     };
+    crate::observe::error_reply(server, &reply);
     reply.encode(session.proto, out);
     set_blocked(server, &session.info, false);
 }

@@ -13,7 +13,7 @@
 use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use parking_lot::RwLock;
@@ -182,6 +182,16 @@ pub struct Config {
     /// The config file the server was started with (INFO `config_file`, CONFIG
     /// REWRITE); `None` when there was none.
     pub config_file: RwLock<Option<std::path::PathBuf>>,
+    /// SLOWLOG records commands that take at least this many µs (-1: none, 0: all).
+    pub slowlog_log_slower_than: AtomicI64,
+    pub slowlog_max_len: AtomicU64,
+    /// LATENCY records events that take at least this many ms (0: off).
+    pub latency_monitor_threshold: AtomicU64,
+    /// Per-command latency histograms (INFO latencystats, LATENCY HISTOGRAM).
+    pub latency_tracking: AtomicBool,
+    pub latency_tracking_info_percentiles: RwLock<Vec<f64>>,
+    /// Derived, not a parameter: see [`crate::observe::Gate`].
+    pub observe_gate: crate::observe::Gate,
 }
 
 impl Default for Config {
@@ -213,6 +223,12 @@ impl Default for Config {
             lease_max_ttl: AtomicU64::new(60_000),
             lease_max_count: AtomicU64::new(100_000),
             config_file: RwLock::new(None),
+            slowlog_log_slower_than: AtomicI64::new(10_000),
+            slowlog_max_len: AtomicU64::new(128),
+            latency_monitor_threshold: AtomicU64::new(0),
+            latency_tracking: AtomicBool::new(true),
+            latency_tracking_info_percentiles: RwLock::new(vec![50.0, 99.0, 99.9]),
+            observe_gate: crate::observe::Gate::default(),
         }
     }
 }
@@ -535,7 +551,102 @@ pub static PARAMS: &[Param] = &[
             }
         },
     },
+    Param {
+        name: "slowlog-log-slower-than",
+        mutable: true,
+        help: "Log commands slower than this many microseconds in SLOWLOG (-1 = off, 0 = every command)",
+        get: |c| c.slowlog_log_slower_than.load(Relaxed).to_string(),
+        set: |c, v| {
+            c.slowlog_log_slower_than
+                .store(parse_at_least(v, -1)?, Relaxed);
+            c.observe_gate.refresh(c);
+            Ok(())
+        },
+    },
+    Param {
+        name: "slowlog-max-len",
+        mutable: true,
+        help: "Entries SLOWLOG keeps",
+        get: |c| get_u(&c.slowlog_max_len),
+        set: |c, v| {
+            let n = parse_at_least(v, 0)?;
+            c.slowlog_max_len.store(n as u64, Relaxed);
+            Ok(())
+        },
+    },
+    Param {
+        name: "latency-monitor-threshold",
+        mutable: true,
+        help: "Record LATENCY events of at least this many milliseconds (0 = off)",
+        get: |c| get_u(&c.latency_monitor_threshold),
+        set: |c, v| {
+            let n = parse_at_least(v, 0)?;
+            c.latency_monitor_threshold.store(n as u64, Relaxed);
+            c.observe_gate.refresh(c);
+            Ok(())
+        },
+    },
+    Param {
+        name: "latency-tracking",
+        mutable: true,
+        help: "Keep per-command latency histograms for INFO latencystats (yes/no)",
+        get: |c| {
+            if c.latency_tracking.load(Relaxed) {
+                "yes"
+            } else {
+                "no"
+            }
+            .into()
+        },
+        set: |c, v| {
+            c.latency_tracking.store(yes_no(v)?, Relaxed);
+            c.observe_gate.refresh(c);
+            Ok(())
+        },
+    },
+    Param {
+        name: "latency-tracking-info-percentiles",
+        mutable: true,
+        help: "Percentiles INFO latencystats reports, space-separated",
+        get: |c| {
+            let p = c.latency_tracking_info_percentiles.read();
+            p.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        },
+        set: |c, v| {
+            let p = v
+                .split_whitespace()
+                .map(|w| w.parse::<f64>().ok().filter(|x| x.is_finite()))
+                .collect::<Option<Vec<f64>>>()
+                .ok_or("Invalid latency-tracking-info-percentiles parameters")?;
+            if p.iter().any(|x| !(0.0..=100.0).contains(x)) {
+                return Err(
+                    "latency-tracking-info-percentiles parameters should sit between [0.0,100.0]"
+                        .into(),
+                );
+            }
+            *c.latency_tracking_info_percentiles.write() = p;
+            Ok(())
+        },
+    },
 ];
+
+/// An integer of at least `min`, parsed signed so a negative value gets Redis's
+/// range message rather than a parse error.
+fn parse_at_least(v: &str, min: i64) -> Result<i64, String> {
+    let n: i64 = v
+        .parse()
+        .map_err(|_| "argument couldn't be parsed into an integer".to_string())?;
+    if n < min {
+        return Err(format!(
+            "argument must be between {min} and {} inclusive",
+            i64::MAX
+        ));
+    }
+    Ok(n)
+}
 
 fn find(name: &str) -> Option<&'static Param> {
     PARAMS.iter().find(|p| p.name.eq_ignore_ascii_case(name))

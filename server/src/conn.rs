@@ -24,6 +24,7 @@ use tokio::time::Instant;
 
 use crate::blocking::{self, Parked};
 use crate::cmd::{self, Flow};
+use crate::observe::monitor;
 use crate::offload::{offload, LARGE_REQUEST};
 use crate::server::Server;
 use crate::session::{ClientInfo, Session};
@@ -199,6 +200,9 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
             _ = blocking::woken(&mut parked) => {}
             _ = info.unblock_signal.notified(), if parked.is_some() => {
                 blocking::on_unblock(server, session, &mut parked, &mut wbuf);
+            }
+            line = monitor::next(&mut session.monitor) => {
+                monitor::deliver(line, &mut session.monitor, &mut wbuf);
             }
             r = stream.writable(), if want_write => {
                 if let Err(e) = r { return Closed::Io(e) }

@@ -1,8 +1,8 @@
-//! The background loop: active expiry, forgetting lapsed leases and noting the
-//! memory peak, `hz` times a second.
+//! The background loop: active expiry, forgetting lapsed leases, noting the
+//! memory peak and sampling the instantaneous rates, `hz` times a second.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::db::expire;
 use crate::server::Server;
@@ -17,10 +17,24 @@ pub fn run(server: &Server) {
             crate::alloc::note_peak(used as u64);
         }
         // Redis gives the slow expiry cycle 25% of a cron period.
-        let removed = expire::active_expire_cycle(&server.db, period / 4);
-        if removed > 0 {
-            server.stats.expired_keys.add(removed);
+        let started = Instant::now();
+        let sweep = expire::active_expire_cycle(&server.db, period / 4);
+        if sweep.removed > 0 {
+            server.stats.expired_keys.add(sweep.removed);
         }
+        let rates = &server.observe.rates;
+        rates.note_ttls(
+            sweep
+                .saw_volatile
+                .then_some((sweep.ttl_sum, sweep.ttl_samples)),
+        );
+        // Redis's "expire-cycle" latency event.
+        let threshold = server.config.latency_monitor_threshold.load(Relaxed);
+        let ms = started.elapsed().as_millis() as u64;
+        if threshold > 0 && ms >= threshold {
+            server.observe.latency.add("expire-cycle", ms);
+        }
+        server.observe.cron(server);
         let lapsed = server.db.sweep_leases();
         server.stats.lease_lapses.add(lapsed as u64);
         std::thread::sleep(period);

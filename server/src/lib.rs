@@ -18,6 +18,7 @@ mod error;
 mod glob;
 mod listen;
 mod longdouble;
+mod observe;
 mod offload;
 mod server;
 mod session;

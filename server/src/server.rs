@@ -24,6 +24,8 @@ pub struct Server {
     pub db: Db,
     pub config: Config,
     pub stats: Stats,
+    /// Slow log, latency events and histograms, error codes, rates, monitors.
+    pub observe: crate::observe::Observe,
     /// Per command and subcommand, indexed like `cmd::registry().all`.
     pub cmdstats: Vec<CommandStats>,
     pub clients: Clients,
@@ -51,6 +53,7 @@ impl Server {
             db: Db::new(),
             config,
             stats: Stats::default(),
+            observe: crate::observe::Observe::default(),
             cmdstats: registry()
                 .all
                 .iter()

@@ -175,6 +175,8 @@ pub struct Session {
     /// Watched keys, with the expiry each had at WATCH time (a key that expires
     /// before EXEC counts as changed, as in Redis 7).
     pub watched: Vec<(Bytes, Option<u64>)>,
+    /// Set while this connection is a MONITOR: the lines it is sent.
+    pub monitor: Option<crate::observe::monitor::Feed>,
 }
 
 impl Session {
@@ -186,6 +188,7 @@ impl Session {
             multi: None,
             watch_flag: WatchFlag::default(),
             watched: Vec::new(),
+            monitor: None,
         }
     }
 

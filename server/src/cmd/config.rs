@@ -181,6 +181,7 @@ fn config_resetstat(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     let server = ctx.server;
     server.stats.reset();
     server.cmdstats.iter().for_each(|s| s.reset());
+    server.observe.reset_stats();
     crate::alloc::reset_peak();
     used_memory();
     Ok(Frame::ok())

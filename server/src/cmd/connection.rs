@@ -394,6 +394,7 @@ fn reset(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     ctx.session.multi = None;
     ctx.session.info.multi.store(u64::MAX, Relaxed);
     transactions::unwatch_all(ctx.server, ctx.session);
+    crate::observe::monitor::stop(ctx.server, ctx.session);
     ctx.session.set_proto(Protocol::Resp2);
     ctx.session.authenticated = password(ctx).is_none();
     // lib-name and lib-ver stay: they still describe the library on this socket.

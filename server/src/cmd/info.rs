@@ -17,6 +17,7 @@ use super::server::{start_unix_secs, unix_now};
 use super::spec::{self, CommandSpec, Group};
 use super::{eq_ic, registry, Ctx};
 use crate::error::CmdResult;
+use crate::observe::info as observe;
 use crate::server::Server;
 
 pub(super) const COMMANDS: &[CommandSpec] = &[CommandSpec {
@@ -117,13 +118,18 @@ fn info(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
                 let keys = ctx.server.db.len();
                 if keys > 0 {
                     let expires = volatile_keys(ctx);
-                    let _ = write!(out, "db0:keys={keys},expires={expires},avg_ttl=0\r\n");
+                    let avg_ttl = observe::avg_ttl(ctx.server);
+                    let _ = write!(
+                        out,
+                        "db0:keys={keys},expires={expires},avg_ttl={avg_ttl}\r\n"
+                    );
                 }
             }
             Section::Idsets => info_idsets(ctx.server, &mut out),
             Section::Leases => info_leases(ctx.server, &mut out),
-            // No modules; per-error-code and latency-percentile tables are not kept.
-            Section::Modules | Section::Errorstats | Section::Latencystats => {}
+            Section::Errorstats => observe::errorstats(ctx.server, &mut out),
+            Section::Latencystats => observe::latencystats(ctx.server, &mut out),
+            Section::Modules => {}
         }
     }
     Ok(Frame::Verbatim {
@@ -352,8 +358,11 @@ fn info_stats(server: &Server, out: &mut String) {
         "total_commands_processed",
         s.total_commands_processed.get(),
     );
-    // Not tracked: a rate needs periodic sampling, which the cron does not do.
-    field(out, "instantaneous_ops_per_sec", 0);
+    field(
+        out,
+        "instantaneous_ops_per_sec",
+        observe::instantaneous_ops_per_sec(server),
+    );
     field(out, "total_net_input_bytes", s.total_net_input_bytes.get());
     field(
         out,
@@ -362,8 +371,16 @@ fn info_stats(server: &Server, out: &mut String) {
     );
     field(out, "total_net_repl_input_bytes", 0);
     field(out, "total_net_repl_output_bytes", 0);
-    field(out, "instantaneous_input_kbps", "0.00");
-    field(out, "instantaneous_output_kbps", "0.00");
+    field(
+        out,
+        "instantaneous_input_kbps",
+        observe::instantaneous_input_kbps(server),
+    );
+    field(
+        out,
+        "instantaneous_output_kbps",
+        observe::instantaneous_output_kbps(server),
+    );
     field(out, "instantaneous_input_repl_kbps", "0.00");
     field(out, "instantaneous_output_repl_kbps", "0.00");
     field(out, "rejected_connections", s.rejected_connections.get());

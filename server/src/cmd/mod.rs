@@ -21,11 +21,14 @@ mod idset;
 mod info;
 mod introspect;
 mod keys;
+mod latency;
 mod lease;
 mod memory;
+mod monitor;
 mod server;
 mod setcore;
 mod sets;
+mod slowlog;
 mod strings;
 mod transactions;
 
@@ -46,7 +49,7 @@ use crate::session::Session;
 pub use spec::{CommandSpec, Keys};
 
 /// Every top-level command family's table.
-fn families() -> [&'static [CommandSpec]; 13] {
+fn families() -> [&'static [CommandSpec]; 16] {
     [
         config::COMMANDS,
         connection::COMMANDS,
@@ -55,10 +58,13 @@ fn families() -> [&'static [CommandSpec]; 13] {
         info::COMMANDS,
         introspect::COMMANDS,
         keys::COMMANDS,
+        latency::COMMANDS,
         lease::COMMANDS,
         memory::COMMANDS,
+        monitor::COMMANDS,
         server::COMMANDS,
         sets::COMMANDS,
+        slowlog::COMMANDS,
         strings::COMMANDS,
         transactions::COMMANDS,
     ]
@@ -319,9 +325,7 @@ pub fn dispatch(
         Outcome::Park(wait) => (None, Flow::Park(wait)),
     };
     if let Some(reply) = reply {
-        if reply.is_error() {
-            server.stats.total_error_replies.incr();
-        }
+        crate::observe::error_reply(server, &reply);
         reply.encode(session.proto, out);
     }
     flow
@@ -491,8 +495,10 @@ pub(crate) fn run<'a, 'v>(
     }
     let stats = &server.cmdstats[id];
     stats.calls.incr();
-    stats.nanos.add(start.elapsed().as_nanos() as u64);
+    let nanos = start.elapsed().as_nanos() as u64;
+    stats.nanos.add(nanos);
     server.stats.total_commands_processed.incr();
+    crate::observe::after_command(server, &ctx.session.info, id, spec, args, nanos);
     let reply = result.unwrap_or_else(|e| {
         stats.failed_calls.incr();
         e.to_frame()

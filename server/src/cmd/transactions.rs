@@ -246,9 +246,7 @@ fn exec(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
             // command answers busy instead.
             Outcome::Park(_) => unreachable!("a queued command parked"),
         };
-        if reply.is_error() {
-            server.stats.total_error_replies.incr();
-        }
+        crate::observe::error_reply(server, &reply);
         replies.push(reply);
     }
     server.absorb_view_stats(&view);

@@ -20,17 +20,29 @@ pub const SAMPLE: usize = 20;
 
 static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
 
-/// Runs one sweep with the given time budget; returns the number of keys removed.
-pub fn active_expire_cycle(db: &Db, budget: Duration) -> u64 {
+/// What one sweep did and saw.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Sweep {
+    pub removed: u64,
+    /// Whether any visited shard had volatile keys.
+    pub saw_volatile: bool,
+    /// The remaining TTLs (ms) of the live keys sampled, summed, and their count:
+    /// what INFO's `avg_ttl` is estimated from, as Redis does in this cycle.
+    pub ttl_sum: u64,
+    pub ttl_samples: u64,
+}
+
+/// Runs one sweep with the given time budget.
+pub fn active_expire_cycle(db: &Db, budget: Duration) -> Sweep {
     let start = Instant::now();
     let mut rng = rand::thread_rng();
-    let mut removed = 0u64;
+    let mut sweep = Sweep::default();
     let first = NEXT_SHARD.load(Relaxed);
     for n in 0..SHARDS {
         let idx = (first + n) % SHARDS;
         if start.elapsed() > budget {
             NEXT_SHARD.store(idx, Relaxed);
-            return removed;
+            return sweep;
         }
         let shard = db.shard(idx);
         loop {
@@ -42,6 +54,7 @@ pub fn active_expire_cycle(db: &Db, budget: Duration) -> u64 {
             if vol == 0 {
                 break;
             }
+            sweep.saw_volatile = true;
             let now = now_ms();
             let mut expired = Vec::new();
             for _ in 0..SAMPLE.min(vol) {
@@ -49,8 +62,14 @@ pub fn active_expire_cycle(db: &Db, budget: Duration) -> u64 {
                 let Some(key) = map.volatile_key(i) else {
                     continue;
                 };
-                if map.get(key, now).is_none() {
-                    expired.push(key.clone());
+                match map.get(key, now) {
+                    None => expired.push(key.clone()),
+                    Some(entry) => {
+                        if let Some(at) = entry.expire_at() {
+                            sweep.ttl_sum += at.saturating_sub(now);
+                            sweep.ttl_samples += 1;
+                        }
+                    }
                 }
             }
             expired.sort_unstable();
@@ -58,7 +77,7 @@ pub fn active_expire_cycle(db: &Db, budget: Duration) -> u64 {
             for key in &expired {
                 if map.remove(key).is_some() {
                     shard.len.fetch_sub(1, Relaxed);
-                    removed += 1;
+                    sweep.removed += 1;
                 }
             }
             // Keep going only while the shard looks dense with expired keys.
@@ -68,7 +87,7 @@ pub fn active_expire_cycle(db: &Db, budget: Duration) -> u64 {
         }
     }
     NEXT_SHARD.store(first, Relaxed);
-    removed
+    sweep
 }
 
 #[cfg(test)]
@@ -96,7 +115,7 @@ mod tests {
         assert_eq!(db.len(), 2000);
         let mut removed = 0;
         for _ in 0..200 {
-            removed += active_expire_cycle(&db, Duration::from_millis(50));
+            removed += active_expire_cycle(&db, Duration::from_millis(50)).removed;
         }
         // Sampling is probabilistic per shard, but 200 passes of a dense shard leave
         // essentially nothing; the live half must be untouched.
@@ -104,5 +123,11 @@ mod tests {
         assert!(db.len() >= 1000 && db.len() <= 1010, "len {}", db.len());
         let v = db.view(&keys, false, LockMode::Read);
         assert!(keys.iter().skip(1).step_by(2).all(|k| v.get(k).is_some()));
+        drop(v);
+        // The live half has an hour left; the sample says so.
+        let s = active_expire_cycle(&db, Duration::from_millis(50));
+        assert!(s.saw_volatile && s.ttl_samples > 0);
+        let avg = s.ttl_sum / s.ttl_samples;
+        assert!((3_500_000..=3_600_000).contains(&avg), "avg {avg}");
     }
 }
