@@ -92,6 +92,17 @@ const SYNTAX: &[(&str, &str)] = &[
     ("shutdown", "[nosave_save: NOSAVE | SAVE] [NOW] [FORCE] [ABORT]"),
     ("swapdb", "index1<integer> index2<integer>"),
     ("time", ""),
+    // Observability.
+    ("latency|help", ""),
+    ("latency|histogram", "[command...]"),
+    ("latency|history", "event"),
+    ("latency|latest", ""),
+    ("latency|reset", "[event...]"),
+    ("monitor", ""),
+    ("slowlog|get", "[count<integer>]"),
+    ("slowlog|help", ""),
+    ("slowlog|len", ""),
+    ("slowlog|reset", ""),
     // Transactions.
     ("discard", ""),
     ("exec", ""),
