@@ -275,15 +275,7 @@ impl Inner {
         now: u64,
     ) -> Result<Done, StoreError> {
         // The first statement goes to the pair's lower key (module docs).
-        let early = if lower_first(self.map(), a, b) {
-            None
-        } else {
-            Some(
-                self.lock_edge(d, txns.b(), Table::Following, b, a)
-                    .await?
-                    .is_some(),
-            )
-        };
+        let early = self.follows_back_if_first(txns, d, a, b).await?;
         let guess = early.unwrap_or(false);
         let created = self.insert_truth(d, txns.a(), a, b, guess, now).await?;
         let own = if created {
@@ -294,13 +286,7 @@ impl Inner {
         } else {
             self.must_lock_edge(d, txns.a(), a, b).await?
         };
-        let mutual = match early {
-            Some(m) => m,
-            None => self
-                .lock_edge(d, txns.b(), Table::Following, b, a)
-                .await?
-                .is_some(),
-        };
+        let mutual = self.follows_back(txns, d, a, b, early).await?;
         if own.mutual != mutual {
             self.set_mutual(d, txns.a(), Table::Following, a, b, mutual)
                 .await?;
@@ -330,23 +316,9 @@ impl Inner {
         b: u64,
         now: u64,
     ) -> Result<Done, StoreError> {
-        let early = if lower_first(self.map(), a, b) {
-            None
-        } else {
-            Some(
-                self.lock_edge(d, txns.b(), Table::Following, b, a)
-                    .await?
-                    .is_some(),
-            )
-        };
+        let early = self.follows_back_if_first(txns, d, a, b).await?;
         let removed = self.delete(d, txns.a(), Table::Following, a, b).await? > 0;
-        let followed_back = match early {
-            Some(m) => m,
-            None => self
-                .lock_edge(d, txns.b(), Table::Following, b, a)
-                .await?
-                .is_some(),
-        };
+        let followed_back = self.follows_back(txns, d, a, b, early).await?;
         self.delete(d, txns.b(), Table::Followers, b, a).await?;
         if followed_back {
             self.set_mutual(d, txns.b(), Table::Following, b, a, false)
@@ -397,6 +369,42 @@ impl LogOp {
 }
 
 impl Inner {
+    /// Whether `b` follows `a`, read (and `b`'s row locked) now if `b`'s side is
+    /// the pair's lower key, which must be locked first; `None` when the lock
+    /// order puts it after `a`'s row (then [`follows_back`](Self::follows_back)).
+    async fn follows_back_if_first(
+        &self,
+        txns: &mut Txns<'_>,
+        d: Deadline,
+        a: u64,
+        b: u64,
+    ) -> Result<Option<bool>, StoreError> {
+        if lower_first(self.map(), a, b) {
+            return Ok(None);
+        }
+        let row = self.lock_edge(d, txns.b(), Table::Following, b, a).await?;
+        Ok(Some(row.is_some()))
+    }
+
+    /// Whether `b` follows `a`: what [`follows_back_if_first`](Self::follows_back_if_first)
+    /// read, or read (and locked) now, after `a`'s row.
+    async fn follows_back(
+        &self,
+        txns: &mut Txns<'_>,
+        d: Deadline,
+        a: u64,
+        b: u64,
+        early: Option<bool>,
+    ) -> Result<bool, StoreError> {
+        match early {
+            Some(back) => Ok(back),
+            None => Ok(self
+                .lock_edge(d, txns.b(), Table::Following, b, a)
+                .await?
+                .is_some()),
+        }
+    }
+
     /// `SELECT … FOR UPDATE` of one row of `following` or `followers`.
     async fn lock_edge(
         &self,
