@@ -755,3 +755,55 @@ fn requirepass_only_auth_hello_quit_before_login() {
         .unwrap_err();
     assert_eq!(err.code(), Some("NOAUTH"), "{err}");
 }
+
+// ---------------------------------------------------------------- before AUTH
+
+/// With a password required, a client that has not authenticated may send at most
+/// 10 arguments and bulks of 16 KB, as in Redis 7: a 500 MB bulk is refused at its
+/// header, before any of it is buffered, and nothing else changes. Once the client
+/// has authenticated, even in the same pipeline, the ordinary limits apply.
+#[test]
+fn unauthenticated_clients_are_held_to_small_requests() {
+    let s = TestServer::start_with(&["--requirepass", "secret"]);
+    let mut admin = redis::Client::open(format!("redis://:secret@{}", s.addr()))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let () = redis::cmd("SET")
+        .arg("kept")
+        .arg("v")
+        .query(&mut admin)
+        .unwrap();
+    let before: u64 = harness::info_stat(&mut admin, "memory", "used_memory");
+
+    assert_reply_then_close(
+        &s,
+        b"*3\r\n$3\r\nSET\r\n$4\r\nkept\r\n$500000000\r\nxxxx",
+        b"-ERR Protocol error: unauthenticated bulk length\r\n",
+    );
+    assert_reply_then_close(
+        &s,
+        b"*11\r\n",
+        b"-ERR Protocol error: unauthenticated multibulk length\r\n",
+    );
+    // Within the limits, the answer is NOAUTH and the connection stays.
+    let mut c = s.raw();
+    roundtrip(
+        &mut c,
+        &resp_cmd(&[b"GET", b"kept"]),
+        b"-NOAUTH Authentication required.\r\n",
+    );
+    // AUTH and a 1 MB SET in one write: the SET is read under the new limits.
+    let big = vec![b'b'; 1 << 20];
+    let mut batch = resp_cmd(&[b"AUTH", b"secret"]);
+    batch.extend(resp_cmd(&[b"SET", b"big", &big]));
+    roundtrip(&mut c, &batch, b"+OK\r\n+OK\r\n");
+
+    let v: String = redis::cmd("GET").arg("kept").query(&mut admin).unwrap();
+    assert_eq!(v, "v");
+    let after: u64 = harness::info_stat(&mut admin, "memory", "used_memory");
+    assert!(
+        after < before + (8 << 20),
+        "used_memory grew from {before} to {after}"
+    );
+}

@@ -187,6 +187,7 @@ fn small_limits() -> Limits {
         max_multibulk_len: 8,
         max_inline_len: 24,
         max_depth: 3,
+        unauthenticated: false,
     }
 }
 

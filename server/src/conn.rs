@@ -59,9 +59,12 @@ pub async fn serve(server: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>
     server.clients.unregister(info.id);
 }
 
-fn limits(server: &Server) -> Limits {
+/// The decoder's limits for this client now: `proto-max-bulk-len`, and Redis 7's
+/// tighter ones until a client that must authenticate has done so.
+fn limits(server: &Server, session: &Session) -> Limits {
     Limits {
         max_bulk_len: server.config.proto_max_bulk_len.load(Relaxed) as usize,
+        unauthenticated: !session.authenticated,
         ..Limits::default()
     }
 }
@@ -72,7 +75,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
     let mut rbuf = BytesMut::with_capacity(READ_CHUNK);
     let mut wbuf = BytesMut::with_capacity(READ_CHUNK);
     let mut args = Vec::with_capacity(8);
-    let mut decoder = RequestDecoder::new(limits(server));
+    let mut decoder = RequestDecoder::new(limits(server, session));
     // Reads and writes both count, as Redis's `lastinteraction` does: a client
     // that has just been answered (a parked command that ran at last, say) is not
     // idle.
@@ -99,7 +102,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
             };
             parked = blocking::rerun_ended(server, &info, args, wait);
         }
-        decoder.set_limits(limits(server));
+        decoder.set_limits(limits(server, session));
         let soft_limit = config.output_limit().soft;
         let mut held = false;
         while !closing && parked.is_none() {
@@ -109,12 +112,18 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
             }
             match decoder.decode(&mut rbuf, &mut args) {
                 Ok(true) => {
+                    let authenticated = session.authenticated;
                     let size: usize = args.iter().map(|a| a.len()).sum();
                     let flow = if size > LARGE_REQUEST {
                         offload(|| cmd::dispatch(server, session, &args, &mut wbuf, None))
                     } else {
                         cmd::dispatch(server, session, &args, &mut wbuf, None)
                     };
+                    if session.authenticated != authenticated {
+                        // AUTH, HELLO … AUTH or RESET: the next request, maybe already
+                        // in the buffer, is read under the new state's limits.
+                        decoder.set_limits(limits(server, session));
+                    }
                     match flow {
                         Flow::Continue => {}
                         Flow::Close => closing = true,

@@ -11,17 +11,23 @@ pub fn split_input(data: &[u8]) -> (Limits, &[u8], Vec<&[u8]>) {
     let Some((&flags, rest)) = data.split_first() else {
         return (Limits::default(), &[], Vec::new());
     };
+    // Bit 0: small limits; bit 7: a client that has not authenticated; bits 1-6:
+    // how many read boundaries follow.
     let limits = if flags & 1 == 1 {
         Limits {
             max_bulk_len: 16,
             max_multibulk_len: 8,
             max_inline_len: 24,
             max_depth: 3,
+            unauthenticated: flags & 0x80 != 0,
         }
     } else {
-        Limits::default()
+        Limits {
+            unauthenticated: flags & 0x80 != 0,
+            ..Limits::default()
+        }
     };
-    let cuts = usize::from(flags >> 1).min(rest.len() / 2);
+    let cuts = usize::from((flags >> 1) & 0x3f).min(rest.len() / 2);
     let (cut_bytes, stream) = rest.split_at(cuts * 2);
     let mut points: Vec<usize> = cut_bytes
         .chunks_exact(2)

@@ -21,6 +21,7 @@ pub use encode::{write_array_header, write_bulk, write_integer};
 pub use reply::{parse_frame, ReplyDecoder};
 pub use request::{
     parse_request, parse_strict_i64, split_args, Limits, ProtocolError, RequestDecoder,
+    UNAUTHENTICATED_MAX_ARGS, UNAUTHENTICATED_MAX_BULK,
 };
 
 /// The protocol version a connection speaks; RESP2 until the client says `HELLO 3`.

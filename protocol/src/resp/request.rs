@@ -60,7 +60,17 @@ pub struct Limits {
     pub max_inline_len: usize,
     /// Deepest nesting of aggregates (replies only): a flat array has depth 1.
     pub max_depth: usize,
+    /// The client has not authenticated where a password is required: as in
+    /// Redis 7, a request may then have at most [`UNAUTHENTICATED_MAX_ARGS`]
+    /// arguments and bulks of at most [`UNAUTHENTICATED_MAX_BULK`] bytes, so a
+    /// stranger cannot make the server buffer a large request before AUTH.
+    pub unauthenticated: bool,
 }
+
+/// Most arguments of a request from a client that has not authenticated.
+pub const UNAUTHENTICATED_MAX_ARGS: usize = 10;
+/// Longest bulk string from a client that has not authenticated.
+pub const UNAUTHENTICATED_MAX_BULK: usize = 16 * 1024;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -69,6 +79,7 @@ impl Default for Limits {
             max_multibulk_len: 1024 * 1024 * 1024,
             max_inline_len: 64 * 1024,
             max_depth: 128,
+            unauthenticated: false,
         }
     }
 }
@@ -280,6 +291,9 @@ impl Progress {
                     None => None,
                 };
                 let count = count.ok_or_else(|| ProtocolError::new("invalid multibulk length"))?;
+                if limits.unauthenticated && count > UNAUTHENTICATED_MAX_ARGS {
+                    return Err(ProtocolError::new("unauthenticated multibulk length"));
+                }
                 self.count = Some(count);
                 self.pos = len;
                 self.scanned = len;
@@ -311,6 +325,9 @@ impl Progress {
                         .and_then(|n| usize::try_from(n).ok())
                         .filter(|&n| n <= limits.max_bulk_len)
                         .ok_or_else(|| ProtocolError::new("invalid bulk length"))?;
+                    if limits.unauthenticated && len > UNAUTHENTICATED_MAX_BULK {
+                        return Err(ProtocolError::new("unauthenticated bulk length"));
+                    }
                     self.pos = cr + 2;
                     self.bulk_len = Some(len);
                     len
@@ -679,6 +696,37 @@ mod tests {
             e(b"a 'b'c\r\n"),
             "Protocol error: unbalanced quotes in request"
         );
+    }
+
+    #[test]
+    fn unauthenticated_clients_get_redis_7_limits() {
+        let limits = Limits {
+            unauthenticated: true,
+            ..Limits::default()
+        };
+        let e = |input: &[u8]| parse_request(input, &limits).unwrap_err().to_string();
+        let ok = |input: &[u8]| parse_request(input, &limits).unwrap().is_some();
+        // Ten arguments and 16 KB bulks pass; one more of either is refused at
+        // its header, before the data arrives.
+        assert!(ok(&b"*10\r\n"
+            .iter()
+            .chain(b"$1\r\nx\r\n".repeat(10).iter())
+            .copied()
+            .collect::<Vec<_>>()));
+        assert_eq!(
+            e(b"*11\r\n"),
+            "Protocol error: unauthenticated multibulk length"
+        );
+        let mut big = b"*2\r\n$4\r\nAUTH\r\n$16384\r\n".to_vec();
+        big.extend(std::iter::repeat_n(b'p', 16384));
+        big.extend(b"\r\n");
+        assert!(ok(&big));
+        assert_eq!(
+            e(b"*2\r\n$3\r\nSET\r\n$16385\r\n"),
+            "Protocol error: unauthenticated bulk length"
+        );
+        // The protocol's own limits still come first.
+        assert_eq!(e(b"*-0\r\n"), "Protocol error: invalid multibulk length");
     }
 
     #[test]
