@@ -11,6 +11,8 @@ command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v redis-benchmark >/dev/null 2>&1 || need+=(redis-tools)
 # Tests that compare relcache's replies with Redis's start a real redis-server.
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+# tests/config.rs reads a listener's queue length with ss.
+command -v ss >/dev/null 2>&1 || need+=(iproute2)
 # The relation tier's tests start their own MariaDB (tests/harness/mariadb.rs).
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
 if [ ${#need[@]} -gt 0 ]; then
@@ -23,8 +25,8 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null ||
     echo "== apt-get install reported an error; checking the binaries the tests need"
 fi
-for tool in redis-cli redis-benchmark redis-server; do
-  command -v "$tool" >/dev/null 2>&1 || { echo "missing $tool (apt-get install redis-tools redis-server)"; exit 1; }
+for tool in redis-cli redis-benchmark redis-server ss; do
+  command -v "$tool" >/dev/null 2>&1 || { echo "missing $tool (apt-get install redis-tools redis-server iproute2)"; exit 1; }
 done
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] ||
   { echo "missing mariadbd (apt-get install mariadb-server)"; exit 1; }

@@ -100,13 +100,15 @@ fn main() -> anyhow::Result<()> {
         // Every bind address gets a listener, as in Redis. With port 0 the first
         // one picks a free port and the others use the same.
         let mut port = config.port.load(std::sync::atomic::Ordering::Relaxed) as u16;
+        let backlog = config
+            .tcp_backlog
+            .load(std::sync::atomic::Ordering::Relaxed) as u32;
+        warn_if_backlog_capped(backlog);
         let ips: Vec<std::net::IpAddr> = config.bind.read().clone();
         let mut listeners = Vec::with_capacity(ips.len());
         for ip in ips {
             let addr = SocketAddr::new(ip, port);
-            let l = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding {addr}"))?;
+            let l = listen(addr, backlog).with_context(|| format!("binding {addr}"))?;
             port = l.local_addr()?.port();
             listeners.push(l);
         }
@@ -114,6 +116,34 @@ fn main() -> anyhow::Result<()> {
         tokio::spawn(signals(shutdown.clone()));
         relcache_server::run(listeners, config, shutdown).await
     })
+}
+
+/// A listener on `addr` with a listen queue of `backlog` (`tcp-backlog`), reusing
+/// the address as redis-server does so a restart need not wait out TIME_WAIT.
+fn listen(addr: SocketAddr, backlog: u32) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
+}
+
+/// The kernel silently caps the listen queue at `net.core.somaxconn`; say so, as
+/// redis-server does, since a short queue makes bursts of connects wait a second.
+fn warn_if_backlog_capped(backlog: u32) {
+    let Ok(text) = std::fs::read_to_string("/proc/sys/net/core/somaxconn") else {
+        return;
+    };
+    if let Ok(max) = text.trim().parse::<u32>() {
+        if max < backlog {
+            tracing::warn!(
+                "the TCP backlog setting of {backlog} cannot be enforced because \
+                 /proc/sys/net/core/somaxconn is set to the lower value of {max}"
+            );
+        }
+    }
 }
 
 /// SIGTERM and SIGINT start a graceful shutdown.

@@ -274,3 +274,21 @@ fn a_flag_value_may_be_several_words() {
     assert!(config_get(&mut con, "client-output-buffer-limit").starts_with("normal 0 33554432 10 "));
     assert_eq!(config_get(&mut con, "maxmemory-samples"), "7");
 }
+
+/// `tcp-backlog` (Redis's default 511) is the listen queue the kernel reports for
+/// the listener (`ss`'s Send-Q column of a listening socket).
+#[test]
+fn tcp_backlog_sizes_the_listen_queue() {
+    for (args, want) in [(&[][..], "511"), (&["--tcp-backlog", "777"][..], "777")] {
+        let s = TestServer::start_with(args);
+        let mut con = s.conn();
+        assert_eq!(config_get(&mut con, "tcp-backlog"), want);
+        let out = Command::new("ss")
+            .args(["-ltnH", &format!("sport = :{}", s.port)])
+            .output()
+            .expect("run ss (apt-get install iproute2)");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let queue = text.split_whitespace().nth(2);
+        assert_eq!(queue, Some(want), "ss: {text}");
+    }
+}

@@ -151,6 +151,9 @@ pub struct Config {
     pub bind: RwLock<Vec<IpAddr>>,
     pub requirepass: RwLock<Option<String>>,
     pub maxclients: AtomicU64,
+    /// The listen queue of each listener (`tcp-backlog`): connects beyond it wait
+    /// for SYN retries, a second or more each.
+    pub tcp_backlog: AtomicU64,
     pub maxmemory: AtomicU64,
     /// Read only when memory is over the limit, so a lock costs nothing that matters.
     pub maxmemory_policy: RwLock<EvictionPolicy>,
@@ -201,6 +204,7 @@ impl Default for Config {
             bind: RwLock::new(vec![IpAddr::from([127, 0, 0, 1])]),
             requirepass: RwLock::new(None),
             maxclients: AtomicU64::new(10_000),
+            tcp_backlog: AtomicU64::new(511),
             maxmemory: AtomicU64::new(0),
             // A cache evicts by default.
             maxmemory_policy: RwLock::new(EvictionPolicy::AllKeysLru),
@@ -351,6 +355,13 @@ pub static PARAMS: &[Param] = &[
         help: "Most simultaneous client connections",
         get: |c| get_u(&c.maxclients),
         set: |c, v| set_u(&c.maxclients, v, 1, u32::MAX as u64),
+    },
+    Param {
+        name: "tcp-backlog",
+        mutable: false,
+        help: "Listen queue length of each listener (capped by net.core.somaxconn)",
+        get: |c| get_u(&c.tcp_backlog),
+        set: |c, v| set_u(&c.tcp_backlog, v, 0, i32::MAX as u64),
     },
     Param {
         name: "maxmemory",
