@@ -294,10 +294,7 @@ impl Inner {
         self.upsert_twin(d, txns.b(), b, a, mutual, own.auto_ts)
             .await?;
         if mutual {
-            self.set_mutual(d, txns.b(), Table::Following, b, a, true)
-                .await?;
-            self.set_mutual(d, txns.a(), Table::Followers, a, b, true)
-                .await?;
+            self.set_back_edge_mutual(txns, d, a, b, true).await?;
         }
         // Last, under the pair's locks: so the log's sequence orders the changes to
         // one pair as they commit (see `Store::following_snapshot`).
@@ -321,10 +318,7 @@ impl Inner {
         let followed_back = self.follows_back(txns, d, a, b, early).await?;
         self.delete(d, txns.b(), Table::Followers, b, a).await?;
         if followed_back {
-            self.set_mutual(d, txns.b(), Table::Following, b, a, false)
-                .await?;
-            self.set_mutual(d, txns.a(), Table::Followers, a, b, false)
-                .await?;
+            self.set_back_edge_mutual(txns, d, a, b, false).await?;
         }
         let seq = match removed {
             true => Some(self.log(d, txns.a(), a, b, LogOp::Unfollow, now).await?),
@@ -369,6 +363,24 @@ impl LogOp {
 }
 
 impl Inner {
+    /// Sets the mutual flag on the two rows of `b`'s follow of `a` (`b`'s
+    /// `following` row and `a`'s `followers` row), which `a` following or
+    /// unfollowing `b` turns on or off.
+    async fn set_back_edge_mutual(
+        &self,
+        txns: &mut Txns<'_>,
+        d: Deadline,
+        a: u64,
+        b: u64,
+        mutual: bool,
+    ) -> Result<(), StoreError> {
+        self.set_mutual(d, txns.b(), Table::Following, b, a, mutual)
+            .await?;
+        self.set_mutual(d, txns.a(), Table::Followers, a, b, mutual)
+            .await?;
+        Ok(())
+    }
+
     /// Whether `b` follows `a`, read (and `b`'s row locked) now if `b`'s side is
     /// the pair's lower key, which must be locked first; `None` when the lock
     /// order puts it after `a`'s row (then [`follows_back`](Self::follows_back)).
