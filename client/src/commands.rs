@@ -284,6 +284,50 @@ impl Cmd<()> {
             f => Err(unexpected("PONG", &f)),
         })
     }
+
+    /// `SET key value`.
+    pub fn set(key: impl AsRef<[u8]>, value: impl Into<Bytes>) -> Self {
+        Args::new("SET")
+            .arg(key)
+            .data(value.into())
+            .parse_with(|f| match f {
+                Frame::Simple(s) if s == "OK" => Ok(()),
+                f => Err(unexpected("OK", &f)),
+            })
+    }
+}
+
+impl Cmd<Vec<(String, String)>> {
+    /// `INFO section`: the section's `field:value` lines, in order (headers and
+    /// blank lines left out). A RESP3 server answers with a verbatim string; both
+    /// forms are read.
+    pub fn info(section: &'static str) -> Self {
+        Args::new("INFO").word(section).parse_with(|f| {
+            let text = match f {
+                Frame::Bulk(b) => b,
+                Frame::Verbatim { text, .. } => text,
+                f => return Err(unexpected("INFO text", &f)),
+            };
+            Ok(String::from_utf8_lossy(&text)
+                .lines()
+                .filter(|l| !l.starts_with('#'))
+                .filter_map(|l| l.split_once(':'))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect())
+        })
+    }
+}
+
+impl Cmd<Option<Bytes>> {
+    /// `GET key`: the string value, or `None` for a missing key.
+    pub fn get(key: impl AsRef<[u8]>) -> Self {
+        Args::new("GET").arg(key).parse_with(|f| {
+            nil_or(f, |f| match f {
+                Frame::Bulk(b) => Ok(b),
+                f => Err(unexpected("a bulk string", &f)),
+            })
+        })
+    }
 }
 
 impl Cmd<u64> {

@@ -44,6 +44,7 @@ mod error;
 mod pool;
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
@@ -84,6 +85,8 @@ pub struct Client<S = TcpStream> {
     /// what lies past the replies already split off, so it cannot tell by itself
     /// whether the allocation grew large.
     read_this_trip: usize,
+    /// The server process's `run_id`, once asked ([`server_run_id`](Self::server_run_id)).
+    run_id: Option<Arc<str>>,
 }
 
 impl Client<TcpStream> {
@@ -124,6 +127,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
             protocol: Protocol::Resp2,
             usable: true,
             read_this_trip: 0,
+            run_id: None,
         }
     }
 
@@ -136,6 +140,28 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
     /// The protocol version negotiated with [`hello`](Self::hello); RESP2 before.
     pub fn protocol(&self) -> Protocol {
         self.protocol
+    }
+
+    /// The `run_id` of the server process this connection talks to (`INFO server`),
+    /// asked on first use and remembered. No connection outlives a server restart,
+    /// and a restarted server has a new run id, so this tells which process — and
+    /// so which dataset — a connection reaches.
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Self::run); [`Error::UnexpectedReply`] if INFO has no `run_id`.
+    pub async fn server_run_id(&mut self) -> Result<Arc<str>, Error> {
+        if let Some(id) = &self.run_id {
+            return Ok(id.clone());
+        }
+        let fields = self.run(Cmd::info("server")).await?;
+        let id: Arc<str> = fields
+            .into_iter()
+            .find(|(k, _)| k == "run_id")
+            .map(|(_, v)| v.into())
+            .ok_or_else(|| Error::UnexpectedReply("INFO server has no run_id".into()))?;
+        self.run_id = Some(id.clone());
+        Ok(id)
     }
 
     /// Sends one command, its name first, and returns the reply.

@@ -13,11 +13,13 @@
 //!   fixes them, by full scan or from the recent-changes log.
 //! - [`service`]: [`Relations`](service::Relations), what an application calls: the
 //!   store behind the cache, filled under leases and written through.
+//! - [`catchup`]: replays the changes a restarted cache missed while it was down.
 //! - `guard`: the service's view of the cache's health and of the cached sets it
 //!   may no longer trust.
 //!
-//! Only `service` talks to the cache; the rest is MySQL alone.
+//! Only `service` and `catchup` talk to the cache; the rest is MySQL alone.
 
+pub mod catchup;
 mod guard;
 pub mod repair;
 pub mod schema;

@@ -7,6 +7,7 @@
 //! relcache-repair --shards shards.conf recent --since 10m     # from relation_log
 //! relcache-repair --shards shards.conf prune --older-than 7d  # trim relation_log
 //! relcache-repair --shards shards.conf schema                 # create missing tables
+//! relcache-repair --shards shards.conf catchup --cache 127.0.0.1:6379   # after a restart
 //! ```
 //!
 //! Prints the report on stdout and exits 0; any error exits 1 with the shard, host
@@ -18,6 +19,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use relcache_client::{Cmd, Pool, PoolConfig};
+use relcache_relation::catchup::{self, CatchUpConfig};
 use relcache_relation::repair::{self, RepairConfig};
 use relcache_relation::{schema, ShardMap, Store, StoreConfig};
 
@@ -79,6 +82,33 @@ enum Mode {
     },
     /// Create every shard's database and tables where missing.
     Schema,
+    /// Replay the changes logged since a cache's snapshot to its cached sets, as
+    /// the relation service does by itself when it meets a restarted cache.
+    Catchup {
+        /// The cache, `host:port`.
+        #[arg(long)]
+        cache: String,
+        /// Its password, if it has `requirepass` (or set RELCACHE_PASSWORD, which
+        /// other users cannot see in the process list).
+        #[arg(long)]
+        password: Option<String>,
+        /// The prefix of the sets' keys (the service's `key_prefix`).
+        #[arg(long, default_value = "following:")]
+        key_prefix: String,
+        /// Replay the changes of this window (`10m`, …) instead of those since the
+        /// cache's loaded snapshot.
+        #[arg(long, value_parser = parse_duration)]
+        since: Option<Duration>,
+        /// How far before the snapshot's time to start.
+        #[arg(long, default_value = "60s", value_parser = parse_duration)]
+        margin: Duration,
+    },
+}
+
+fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// `250ms`, `30s`, `10m`, `2h`, `7d`.
@@ -145,6 +175,45 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .context("pruning relation_log failed")?;
             println!("pruned {n} relation_log rows older than {older_than:?}");
+        }
+        Mode::Catchup {
+            cache,
+            password,
+            key_prefix,
+            since,
+            margin,
+        } => {
+            let cache = Pool::new(PoolConfig {
+                addr: cache,
+                password: password.or_else(|| std::env::var("RELCACHE_PASSWORD").ok()),
+                max_connections: 1,
+                command_timeout: cli.query_timeout,
+                connect_timeout: cli.connect_timeout,
+                ..PoolConfig::default()
+            });
+            let from = match since {
+                Some(window) => now_micros().saturating_sub(window.as_micros() as u64),
+                None => match catchup::loaded_snapshot_ms(
+                    &cache
+                        .run(Cmd::info("persistence"))
+                        .await
+                        .context("asking the cache for its snapshot time")?,
+                ) {
+                    Some(ms) => (ms * 1000).saturating_sub(margin.as_micros() as u64),
+                    None => {
+                        println!("the cache started empty: nothing to catch up");
+                        return Ok(());
+                    }
+                },
+            };
+            let config = CatchUpConfig { batch: cli.batch };
+            let report = catchup::catch_up(&store, &cache, &key_prefix, from, config)
+                .await
+                .context("catch-up failed (run it again: replaying is idempotent)")?;
+            println!(
+                "catch-up: {} changes replayed, {} applied, {} to sets not cached or dropped, in {:?}",
+                report.changes, report.applied, report.not_applied, report.elapsed
+            );
         }
         Mode::Schema => {
             schema::create_all(&store)

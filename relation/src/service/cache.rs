@@ -15,12 +15,37 @@ impl Relations {
     /// A connection for reading `user`'s set, or `None` when the read must go to
     /// MySQL: the cache is down or failed, or the user's cached set is suspect.
     pub(super) async fn conn_for(&self, user: u64) -> Option<PooledConn> {
-        let conn = self.cache_conn().await?;
+        let conn = self.read_conn().await?;
         if self.guard.is_suspect(user) {
             self.stats.cache_bypassed.fetch_add(1, Relaxed);
             return None;
         }
         Some(conn)
+    }
+
+    /// A connection for reading cached sets: as [`cache_conn`](Self::cache_conn),
+    /// but `None` while the process it reaches is a restarted cache not yet caught
+    /// up with the changes it missed (see `restart`).
+    pub(super) async fn read_conn(&self) -> Option<PooledConn> {
+        let mut conn = self.cache_conn().await?;
+        let limit = self.cache.config().command_timeout;
+        let run_id = match tokio::time::timeout(limit, conn.server_run_id()).await {
+            Ok(Ok(id)) => id,
+            Ok(Err(e)) => {
+                self.cache_failed(&e);
+                return None;
+            }
+            Err(_) => {
+                // The connection is left mid-reply; dropping it discards it.
+                self.cache_failed(&CacheError::Timeout);
+                return None;
+            }
+        };
+        if self.admit(&mut conn, run_id).await {
+            return Some(conn);
+        }
+        self.stats.cache_bypassed.fetch_add(1, Relaxed);
+        None
     }
 
     /// A cache connection, or `None` if the cache is down (skipped without asking)

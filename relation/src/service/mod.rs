@@ -38,6 +38,7 @@
 
 mod cache;
 mod fill;
+mod restart;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -70,6 +71,10 @@ pub struct RelationsConfig {
     pub cache_failure_limit: u32,
     /// While the cache is down, how often one call probes it.
     pub cache_retry_interval: Duration,
+    /// How far before a restarted cache's snapshot its catch-up starts replaying
+    /// the change log: longer than a write-through can take to land after its
+    /// commit, plus any clock difference between the services and the cache.
+    pub catchup_margin: Duration,
     /// Users whose lost write-through this process remembers (and so never reads
     /// their possibly stale set) until it can delete their sets. Past this, a lost
     /// write-through is only counted, and the set's TTL bounds its staleness.
@@ -86,6 +91,7 @@ impl Default for RelationsConfig {
             cache_failure_limit: 3,
             cache_retry_interval: Duration::from_secs(1),
             max_suspects: 1 << 20,
+            catchup_margin: Duration::from_secs(60),
         }
     }
 }
@@ -129,6 +135,11 @@ pub struct TierStats {
     /// or the caller gave up midway): the user's set stayed suspect until MySQL
     /// showed the write settled.
     pub writes_in_doubt: AtomicU64,
+    /// Restarted cache processes caught up (or found caught up by another service)
+    /// before their sets were read.
+    pub catchups: AtomicU64,
+    /// Logged changes replayed to restarted caches.
+    pub catchup_changes: AtomicU64,
 }
 
 /// The relation service over one cache node and the sharded MySQL store.
@@ -139,7 +150,9 @@ pub struct Relations {
     config: RelationsConfig,
     /// Shared with the tasks that wait out writes in doubt.
     guard: Arc<Guard>,
-    stats: TierStats,
+    /// Which cache process's sets may be read (see `restart`).
+    restarts: Arc<restart::Restarts>,
+    stats: Arc<TierStats>,
 }
 
 /// How a read puts its question about a user's set to the cache (see
@@ -215,6 +228,13 @@ impl Drop for PendingWrite<'_> {
     }
 }
 
+/// The cache key of `user`'s following set: `prefix`, then the decimal id.
+pub(crate) fn user_key(prefix: &str, user: u64) -> Bytes {
+    let mut key = prefix.as_bytes().to_vec();
+    key.extend_from_slice(itoa::Buffer::new().format(user).as_bytes());
+    key.into()
+}
+
 /// How long a write in doubt is waited for when the cached sets have no TTL.
 const SETTLE_PATIENCE: Duration = Duration::from_secs(3600);
 
@@ -234,7 +254,8 @@ impl Relations {
             store,
             config,
             guard,
-            stats: TierStats::default(),
+            restarts: Arc::default(),
+            stats: Arc::default(),
         }
     }
 
@@ -262,9 +283,7 @@ impl Relations {
 
     /// The cache key holding `user`'s following set.
     pub fn cache_key(&self, user: u64) -> Bytes {
-        let mut key = self.config.key_prefix.clone().into_bytes();
-        key.extend_from_slice(itoa::Buffer::new().format(user).as_bytes());
-        key.into()
+        user_key(&self.config.key_prefix, user)
     }
 
     // Writes.
@@ -656,7 +675,7 @@ impl Relations {
         // Round 1 asks the cache about everyone; round 2 about those whose sets
         // someone else filled meanwhile. What is left is read from MySQL.
         for _ in 0..2 {
-            let Some(mut conn) = self.cache_conn().await else {
+            let Some(mut conn) = self.read_conn().await else {
                 break;
             };
             let keys: Vec<Bytes> = pending.iter().map(|&u| self.cache_key(u)).collect();

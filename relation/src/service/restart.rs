@@ -1,0 +1,208 @@
+//! Meeting a restarted cache: its sets are read only once it has been caught up.
+//!
+//! Each cache connection reports the run id of the process it reaches
+//! ([`server_run_id`](relcache_client::Client::server_run_id)); no connection
+//! outlives a restart, so the first read on a new process sees a new run id. The
+//! service then reads from MySQL, and writes through as usual (a write-through is
+//! sequenced, so one that lands before the catch-up's older changes only makes the
+//! catch-up drop that set), while one task per process brings the cache up to date
+//! ([`catchup`](crate::catchup)):
+//!
+//! - a process that started empty holds nothing stale: trusted at once;
+//! - one that loaded a snapshot (`INFO persistence`, `rdb_last_load_ctime_ms`) gets
+//!   every change logged since a margin before the snapshot's time;
+//! - the run id is then stored in the cache under `<prefix>caught-up`, so the other
+//!   services sharing the cache trust it without replaying the log again (if that
+//!   key is evicted, the next one to look replays it: the replay is idempotent).
+//!
+//! A catch-up that fails (MySQL or the cache unreachable) is tried again by the next
+//! read; until one succeeds, the cache is written to but never read.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+
+use std::time::Duration;
+
+use relcache_client::{Cmd, Error as CacheError, Pool, PooledConn};
+
+use super::{Relations, TierStats};
+use crate::catchup::{catch_up, loaded_snapshot_ms, CatchUpConfig, CatchUpError};
+use crate::store::{now_micros, Store};
+
+/// Which cache process this service reads from, and which one it is catching up.
+#[derive(Debug, Default)]
+pub(super) struct Restarts {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    trusted: Option<Arc<str>>,
+    catching_up: Option<Arc<str>>,
+}
+
+/// What a service knows of a cache process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Standing {
+    /// Its sets may be read.
+    Trusted,
+    /// This service is catching it up.
+    CatchingUp,
+    /// Not met yet, or a catch-up failed.
+    Unknown,
+}
+
+/// What a first look at a process found.
+enum Look {
+    /// It started empty, or someone caught it up already.
+    UpToDate,
+    /// It loaded a snapshot taken at this time (ms since the epoch).
+    Behind(u64),
+}
+
+impl Restarts {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn standing(&self, run_id: &str) -> Standing {
+        let state = self.state();
+        if state.trusted.as_deref() == Some(run_id) {
+            Standing::Trusted
+        } else if state.catching_up.as_deref() == Some(run_id) {
+            Standing::CatchingUp
+        } else {
+            Standing::Unknown
+        }
+    }
+
+    fn trust(&self, run_id: &Arc<str>) {
+        let mut state = self.state();
+        if state.catching_up.as_ref() == Some(run_id) {
+            state.catching_up = None;
+        }
+        state.trusted = Some(run_id.clone());
+    }
+
+    /// Claims the catch-up of `run_id`; false if it is trusted or under way.
+    fn begin(&self, run_id: &Arc<str>) -> bool {
+        let mut state = self.state();
+        if state.trusted.as_ref() == Some(run_id) || state.catching_up.as_ref() == Some(run_id) {
+            return false;
+        }
+        state.catching_up = Some(run_id.clone());
+        true
+    }
+
+    fn failed(&self, run_id: &Arc<str>) {
+        let mut state = self.state();
+        if state.catching_up.as_ref() == Some(run_id) {
+            state.catching_up = None;
+        }
+    }
+}
+
+impl Relations {
+    /// Whether the sets of cache process `run_id`, reached on `conn`, may be read:
+    /// at once if it started empty or was caught up by someone already; otherwise
+    /// not until the catch-up this starts in the background is done.
+    pub(super) async fn admit(&self, conn: &mut PooledConn, run_id: Arc<str>) -> bool {
+        match self.restarts.standing(&run_id) {
+            Standing::Trusted => return true,
+            Standing::CatchingUp => return false,
+            Standing::Unknown => {}
+        }
+        match self.look(conn, &run_id).await {
+            Ok(Look::UpToDate) => {
+                self.restarts.trust(&run_id);
+                true
+            }
+            Ok(Look::Behind(snapshot_ms)) => {
+                self.catch_up_in_background(run_id, snapshot_ms);
+                false
+            }
+            // `call` has reported the failure.
+            Err(_) => false,
+        }
+    }
+
+    async fn look(&self, conn: &mut PooledConn, run_id: &str) -> Result<Look, CacheError> {
+        let marker = marker_key(&self.config.key_prefix);
+        if self.call(conn, Cmd::get(marker)).await?.as_deref() == Some(run_id.as_bytes()) {
+            return Ok(Look::UpToDate);
+        }
+        let fields = self.call(conn, Cmd::info("persistence")).await?;
+        Ok(match loaded_snapshot_ms(&fields) {
+            Some(ms) => Look::Behind(ms),
+            None => Look::UpToDate,
+        })
+    }
+
+    fn catch_up_in_background(&self, run_id: Arc<str>, snapshot_ms: u64) {
+        if !self.restarts.begin(&run_id) {
+            return;
+        }
+        let job = CatchUpJob {
+            store: self.store.clone(),
+            cache: self.cache.clone(),
+            prefix: self.config.key_prefix.clone(),
+            since: (snapshot_ms * 1000)
+                .saturating_sub(self.config.catchup_margin.as_micros() as u64),
+            stats: self.stats.clone(),
+        };
+        let restarts = self.restarts.clone();
+        tokio::spawn(async move {
+            match job.run(&run_id).await {
+                Ok(()) => restarts.trust(&run_id),
+                Err(e) => {
+                    tracing::warn!(run_id = %run_id, error = %e, "cache catch-up failed; reading from MySQL until it succeeds");
+                    restarts.failed(&run_id);
+                }
+            }
+        });
+    }
+}
+
+/// The key naming the cache process last caught up: under the sets' prefix, where
+/// no user's key can be (those end in digits).
+fn marker_key(prefix: &str) -> String {
+    format!("{prefix}caught-up")
+}
+
+struct CatchUpJob {
+    store: Store,
+    cache: Pool,
+    prefix: String,
+    since: u64,
+    stats: Arc<TierStats>,
+}
+
+impl CatchUpJob {
+    async fn run(&self, run_id: &str) -> Result<(), CatchUpError> {
+        let report = catch_up(
+            &self.store,
+            &self.cache,
+            &self.prefix,
+            self.since,
+            CatchUpConfig::default(),
+        )
+        .await?;
+        tracing::info!(
+            run_id,
+            changes = report.changes,
+            applied = report.applied,
+            elapsed = ?report.elapsed,
+            behind = ?Duration::from_micros(now_micros().saturating_sub(self.since)),
+            "restarted cache caught up"
+        );
+        self.stats
+            .catchup_changes
+            .fetch_add(report.changes, Relaxed);
+        let marker = marker_key(&self.prefix);
+        self.cache
+            .run(Cmd::set(marker, run_id.as_bytes().to_vec()))
+            .await?;
+        self.stats.catchups.fetch_add(1, Relaxed);
+        Ok(())
+    }
+}
