@@ -225,6 +225,8 @@ struct Round {
 
 /// Restarts `kind` on `dir` after a kill -9 of `child`; returns the new child and
 /// the time from spawn to the first GET answered with its value.
+// The new child is returned to the caller, which kills and waits for it.
+#[allow(clippy::zombie_processes)]
 fn restart(kind: Kind, mut child: Child, port: u16, dir: &Path) -> (Child, f64) {
     child.kill().unwrap();
     child.wait().unwrap();
