@@ -5,9 +5,12 @@
 //!   (client side).
 //! - [`idset`]: the idset table, the fixed-length open-addressing array of `u64` ids
 //!   that a relation service builds and stores with one SET (see `FORMAT.md`).
+//! - [`snapshot`]: the snapshot file SAVE writes and a restart loads (see
+//!   `SNAPSHOT.md`).
 //!
 //! This crate knows nothing of sockets or async runtimes: everything here works on
 //! byte slices and `bytes` buffers, so it can be fuzzed and property-tested alone.
 
 pub mod idset;
 pub mod resp;
+pub mod snapshot;

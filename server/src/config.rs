@@ -7,7 +7,7 @@
 //! `CONFIG SET` takes effect for every connection without a lock on the read side.
 //!
 //! No parameter is accepted and then ignored: each one either acts, or refuses the
-//! values relcache cannot honour (`save`, `appendonly`, `lazyfree-lazy-user-del`),
+//! values relcache cannot honour (`appendonly`, `lazyfree-lazy-user-del`),
 //! so a client that probes them learns the truth.
 
 use std::fmt;
@@ -195,6 +195,13 @@ pub struct Config {
     pub latency_tracking_info_percentiles: RwLock<Vec<f64>>,
     /// Derived, not a parameter: see [`crate::observe::Gate`].
     pub observe_gate: crate::observe::Gate,
+    /// `save`: (seconds, changes) pairs; empty for no automatic snapshots.
+    pub save_policy: RwLock<Vec<(u64, u64)>>,
+    /// `dir`, absolute.
+    pub dir: RwLock<std::path::PathBuf>,
+    pub dbfilename: RwLock<String>,
+    /// `snapshot-load-corrupt start-empty`.
+    pub snapshot_start_empty: AtomicBool,
 }
 
 impl Default for Config {
@@ -233,6 +240,10 @@ impl Default for Config {
             latency_tracking: AtomicBool::new(true),
             latency_tracking_info_percentiles: RwLock::new(vec![50.0, 99.0, 99.9]),
             observe_gate: crate::observe::Gate::default(),
+            save_policy: RwLock::new(Vec::new()),
+            dir: RwLock::new(std::env::current_dir().unwrap_or_else(|_| ".".into())),
+            dbfilename: RwLock::new("dump.rcs".into()),
+            snapshot_start_empty: AtomicBool::new(false),
         }
     }
 }
@@ -521,19 +532,67 @@ pub static PARAMS: &[Param] = &[
             }
         },
     },
-    // Persistence does not exist in a cache; clients probe these on connect, and a
-    // fixed, truthful answer keeps them from trying to configure it.
+    // Snapshots (see `crate::persist`). Off by default: a cache with no save policy
+    // never writes to disk unless asked (SAVE, BGSAVE, SHUTDOWN SAVE).
     Param {
         name: "save",
         mutable: true,
-        help: "Accepted for redis-server compatibility: relcache never persists",
-        get: |_| String::new(),
-        set: |_, v| {
-            if v.trim().is_empty() {
-                Ok(())
-            } else {
-                Err("relcache does not persist; only save \"\" is accepted".into())
+        help: "Snapshot policy: `<seconds> <changes>` pairs, a BGSAVE after that many changes in that many seconds (default \"\": none)",
+        get: |c| {
+            c.save_policy
+                .read()
+                .iter()
+                .map(|(secs, changes)| format!("{secs} {changes}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        },
+        set: |c, v| {
+            *c.save_policy.write() = parse_save_policy(v)?;
+            Ok(())
+        },
+    },
+    Param {
+        name: "dir",
+        mutable: true,
+        help: "Directory the snapshot is written to and loaded from (default: the working directory)",
+        get: |c| c.dir.read().display().to_string(),
+        set: |c, v| {
+            let path = std::fs::canonicalize(v).map_err(|e| e.to_string())?;
+            if !path.is_dir() {
+                return Err("Not a directory".into());
             }
+            *c.dir.write() = path;
+            Ok(())
+        },
+    },
+    Param {
+        name: "dbfilename",
+        mutable: true,
+        help: "Name of the snapshot file in `dir` (default dump.rcs; not an RDB file)",
+        get: |c| c.dbfilename.read().clone(),
+        set: |c, v| {
+            if v.is_empty() || v.contains('/') || v == "." || v == ".." {
+                return Err("dbfilename can't be a path, just a filename".into());
+            }
+            *c.dbfilename.write() = v.to_string();
+            Ok(())
+        },
+    },
+    Param {
+        name: "snapshot-load-corrupt",
+        mutable: true,
+        help: "At start, a snapshot that fails its checks: `refuse` (exit non-zero, the default) or `start-empty` (log it and serve an empty cache)",
+        get: |c| {
+            if c.snapshot_start_empty.load(Relaxed) { "start-empty" } else { "refuse" }.into()
+        },
+        set: |c, v| {
+            let empty = match v.to_ascii_lowercase().as_str() {
+                "refuse" => false,
+                "start-empty" => true,
+                _ => return Err("argument must be one of the following: refuse, start-empty".into()),
+            };
+            c.snapshot_start_empty.store(empty, Relaxed);
+            Ok(())
         },
     },
     Param {
@@ -657,6 +716,27 @@ fn parse_at_least(v: &str, min: i64) -> Result<i64, String> {
         ));
     }
     Ok(n)
+}
+
+/// `save` values: `""` or `<seconds> <changes>` pairs, Redis's syntax and errors.
+fn parse_save_policy(v: &str) -> Result<Vec<(u64, u64)>, String> {
+    let words: Vec<&str> = v.split_whitespace().collect();
+    if !words.len().is_multiple_of(2) {
+        return Err("Invalid save parameters".into());
+    }
+    words
+        .chunks(2)
+        .map(
+            |pair| match (pair[0].parse::<u64>(), pair[1].parse::<u64>()) {
+                (Ok(secs), Ok(changes))
+                    if secs <= i32::MAX as u64 && changes <= i32::MAX as u64 =>
+                {
+                    Ok((secs, changes))
+                }
+                _ => Err("Invalid save parameters".into()),
+            },
+        )
+        .collect()
 }
 
 fn find(name: &str) -> Option<&'static Param> {

@@ -33,6 +33,9 @@ pub enum CmdError {
     NoAuth,
     #[error("OOM command not allowed when used memory > 'maxmemory'.")]
     Oom,
+    /// A command Redis refuses while the dataset loads at start.
+    #[error("LOADING Redis is loading the dataset in memory")]
+    Loading,
     /// `ERR <message>`.
     #[error("ERR {0}")]
     Err(String),

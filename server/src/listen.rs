@@ -27,6 +27,9 @@ pub async fn run(
         .ok_or_else(|| anyhow::anyhow!("no address to listen on"))?;
     let local_addr = first.local_addr()?;
     let server = Arc::new(Server::new(config, local_addr, shutdown.clone()));
+    crate::persist::init(&server);
+    let loader = crate::persist::start_load(&server)?;
+    let saver = crate::persist::start_saver(server.clone())?;
     for l in &listeners {
         tracing::info!(local_addr = %l.local_addr()?, "relcache ready to accept connections");
     }
@@ -50,6 +53,12 @@ pub async fn run(
     tracker.close();
     tracker.wait().await;
     let _ = tokio::task::spawn_blocking(move || cron.join()).await;
+    let _ = tokio::task::spawn_blocking(move || (saver.join(), loader.map(|l| l.join()))).await;
+    if let Some(e) = server.persist.load_error.lock().take() {
+        return Err(anyhow::anyhow!(e));
+    }
+    let exiting = server.clone();
+    tokio::task::spawn_blocking(move || crate::persist::at_exit(&exiting)).await??;
     tracing::info!("relcache is now ready to exit, bye bye");
     Ok(())
 }

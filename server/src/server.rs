@@ -38,6 +38,8 @@ pub struct Server {
     /// `used_memory` once the server was set up, before any client (INFO's
     /// `used_memory_startup`).
     pub startup_memory: usize,
+    /// Snapshots: save state, load state, INFO persistence counters.
+    pub persist: crate::persist::State,
 }
 
 impl Server {
@@ -66,6 +68,7 @@ impl Server {
             run_id,
             local_addr,
             startup_memory: crate::alloc::allocated().unwrap_or(0),
+            persist: crate::persist::State::default(),
         }
     }
 

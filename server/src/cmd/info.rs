@@ -2,7 +2,7 @@
 //! unchanged, plus relcache's own `idsets` and `leases` sections.
 //!
 //! What relcache does not have, it reports truthfully rather than inventing: no
-//! persistence (`rdb_*` counters stay at zero), no replication (`role:master`, no
+//! append-only file (`aof_*` stay at zero), no replication (`role:master`, no
 //! replicas). INFO locks nothing outside EXEC: it reads lock-free counters and
 //! key counts.
 
@@ -13,7 +13,7 @@ use bytes::Bytes;
 use relcache_protocol::resp::Frame;
 
 use super::memory::{client_buffers, human, peak_memory, used_memory, volatile_keys};
-use super::server::{start_unix_secs, unix_now};
+use super::server::unix_now;
 use super::spec::{self, CommandSpec, Group};
 use super::{eq_ic, registry, Ctx};
 use crate::error::CmdResult;
@@ -327,15 +327,84 @@ fn info_memory(server: &Server, out: &mut String) {
 }
 
 fn info_persistence(server: &Server, out: &mut String) {
-    field(out, "loading", 0);
+    let p = &server.persist;
+    let now_ms = crate::db::now_ms();
+    let loading = p.loading();
+    field(out, "loading", u8::from(loading));
     field(out, "async_loading", 0);
-    field(out, "rdb_changes_since_last_save", 0);
-    field(out, "rdb_bgsave_in_progress", 0);
-    field(out, "rdb_last_save_time", start_unix_secs(server));
-    field(out, "rdb_last_bgsave_status", "ok");
-    field(out, "rdb_last_bgsave_time_sec", -1);
-    field(out, "rdb_current_bgsave_time_sec", -1);
-    field(out, "rdb_saves", 0);
+    if loading {
+        // Redis prints these only while loading.
+        let started = p.loading_start_ms.load(Relaxed);
+        field(out, "loading_start_time", started / 1000);
+        field(
+            out,
+            "loading_total_bytes",
+            p.loading_total_bytes.load(Relaxed),
+        );
+        field(
+            out,
+            "loading_loaded_keys",
+            p.loading_loaded_keys.load(Relaxed),
+        );
+        field(out, "loading_elapsed_ms", now_ms.saturating_sub(started));
+    }
+    field(out, "current_cow_peak", 0);
+    field(out, "current_cow_size", 0);
+    field(out, "current_cow_size_age", 0);
+    field(out, "current_fork_perc", "0.00");
+    let started = p.current_started_ms.load(Relaxed);
+    let (processed, total) = if started == 0 {
+        (0, 0)
+    } else {
+        (
+            p.current_keys_processed.load(Relaxed),
+            p.current_keys_total.load(Relaxed),
+        )
+    };
+    field(out, "current_save_keys_processed", processed);
+    field(out, "current_save_keys_total", total);
+    field(
+        out,
+        "rdb_changes_since_last_save",
+        p.changes_since_save(server),
+    );
+    let bg = p.bgsave_in_progress();
+    field(out, "rdb_bgsave_in_progress", u8::from(bg));
+    field(out, "rdb_last_save_time", p.last_save_secs.load(Relaxed));
+    field(
+        out,
+        "rdb_last_bgsave_status",
+        if p.last_bgsave_ok() { "ok" } else { "err" },
+    );
+    field(out, "rdb_last_bgsave_time_sec", p.last_bgsave_secs());
+    let current = if bg && started != 0 {
+        (now_ms.saturating_sub(started) / 1000) as i64
+    } else {
+        -1
+    };
+    field(out, "rdb_current_bgsave_time_sec", current);
+    field(out, "rdb_saves", p.saves.load(Relaxed));
+    // No fork, so no copy-on-write pages: the value bytes one batch of the last
+    // save held handles on, which writes during the save may have had to copy.
+    field(out, "rdb_last_cow_size", p.last_pinned_bytes.load(Relaxed));
+    field(
+        out,
+        "rdb_last_load_keys_expired",
+        p.last_load_keys_expired.load(Relaxed),
+    );
+    field(
+        out,
+        "rdb_last_load_keys_loaded",
+        p.last_load_keys_loaded.load(Relaxed),
+    );
+    // relcache's own: the recorded time of the snapshot loaded at start (every
+    // change before it is in the data), 0 if the process started empty. The
+    // relation tier replays its changes from here.
+    field(
+        out,
+        "rdb_last_load_ctime_ms",
+        p.last_load_ctime_ms.load(Relaxed),
+    );
     field(out, "aof_enabled", 0);
     field(out, "aof_rewrite_in_progress", 0);
     field(out, "aof_rewrite_scheduled", 0);
@@ -343,7 +412,11 @@ fn info_persistence(server: &Server, out: &mut String) {
     field(out, "aof_current_rewrite_time_sec", -1);
     field(out, "aof_last_bgrewrite_status", "ok");
     field(out, "aof_rewrites", 0);
+    field(out, "aof_rewrites_consecutive_failures", 0);
     field(out, "aof_last_write_status", "ok");
+    field(out, "aof_last_cow_size", 0);
+    field(out, "module_fork_in_progress", 0);
+    field(out, "module_fork_last_cow_size", 0);
 }
 
 fn info_stats(server: &Server, out: &mut String) {

@@ -25,6 +25,7 @@ mod latency;
 mod lease;
 mod memory;
 mod monitor;
+mod persistence;
 mod server;
 mod setcore;
 mod sets;
@@ -49,7 +50,7 @@ use crate::session::Session;
 pub use spec::{CommandSpec, Keys};
 
 /// Every top-level command family's table.
-fn families() -> [&'static [CommandSpec]; 16] {
+fn families() -> [&'static [CommandSpec]; 17] {
     [
         config::COMMANDS,
         connection::COMMANDS,
@@ -62,6 +63,7 @@ fn families() -> [&'static [CommandSpec]; 16] {
         lease::COMMANDS,
         memory::COMMANDS,
         monitor::COMMANDS,
+        persistence::COMMANDS,
         server::COMMANDS,
         sets::COMMANDS,
         slowlog::COMMANDS,
@@ -357,6 +359,12 @@ fn execute(
             m.failed = true;
         }
         return Outcome::Reply(CmdError::NoAuth.to_frame());
+    }
+    if server.persist.loading() && !spec.has(spec::LOADING) {
+        if let Some(m) = &mut session.multi {
+            m.failed = true;
+        }
+        return Outcome::Reply(CmdError::Loading.to_frame());
     }
     if let Some(m) = &mut session.multi {
         if spec.has(spec::NO_MULTI) {

@@ -1,10 +1,9 @@
 //! The keyspace-wide and process commands: DBSIZE, FLUSHDB / FLUSHALL, TIME,
-//! SHUTDOWN, LASTSAVE, SAVE / BGSAVE, SWAPDB. INFO, CONFIG and MEMORY have their
-//! own files.
+//! SHUTDOWN, SWAPDB. INFO, CONFIG, MEMORY and the snapshot commands (SAVE, BGSAVE,
+//! LASTSAVE) have their own files.
 //!
-//! What relcache does not have, it says so rather than pretending: there is no
-//! persistence (SAVE and BGSAVE are refused) and a single database (SWAPDB 0 0 is
-//! the only swap). DBSIZE reads the lock-free key counts; only FLUSHDB / FLUSHALL
+//! What relcache does not have, it says so rather than pretending: there is a
+//! single database (SWAPDB 0 0 is the only swap). DBSIZE reads the lock-free key counts; only FLUSHDB / FLUSHALL
 //! (keyspace-wide writes) go through a [`View`](crate::db::View).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -15,7 +14,6 @@ use relcache_protocol::resp::Frame;
 use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, Ctx};
 use crate::error::{CmdError, CmdResult};
-use crate::server::Server;
 
 pub(super) const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -73,34 +71,6 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
         ..CommandSpec::DEFAULT
     },
     CommandSpec {
-        name: "lastsave",
-        arity: 1,
-        flags: spec::LOADING | spec::STALE | spec::FAST,
-        group: Group::Server,
-        summary: "Returns the Unix timestamp of the last successful save to disk.",
-        handler: lastsave,
-        ..CommandSpec::DEFAULT
-    },
-    CommandSpec {
-        name: "save",
-        arity: 1,
-        flags: spec::ADMIN | spec::NOSCRIPT | spec::NO_MULTI,
-        group: Group::Server,
-        summary: "Synchronously saves the database(s) to disk.",
-        complexity: "O(N) where N is the total number of keys in all databases",
-        handler: no_persistence,
-        ..CommandSpec::DEFAULT
-    },
-    CommandSpec {
-        name: "bgsave",
-        arity: -1,
-        flags: spec::ADMIN | spec::NOSCRIPT,
-        group: Group::Server,
-        summary: "Asynchronously saves the database(s) to disk.",
-        handler: no_persistence,
-        ..CommandSpec::DEFAULT
-    },
-    CommandSpec {
         name: "swapdb",
         arity: 3,
         flags: spec::WRITE | spec::FAST,
@@ -117,13 +87,6 @@ pub(super) fn unix_now() -> Duration {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
-}
-
-/// Unix time (seconds) the server started at.
-pub(super) fn start_unix_secs(server: &Server) -> u64 {
-    unix_now()
-        .as_secs()
-        .saturating_sub(server.started.elapsed().as_secs())
 }
 
 // ---------------------------------------------------------------------------------
@@ -153,27 +116,31 @@ fn time(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     ]))
 }
 
-/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]. There is nothing to save and no
-/// replica to wait for, so every accepted form shuts down at once: the server stops
-/// accepting, every connection is closed, and the process exits with status 0. Like
-/// Redis, the client gets no reply — the connection just closes.
+/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]. Saves first when asked (SAVE) or
+/// when a save policy is set (unless NOSAVE), as Redis does; a failed save keeps
+/// the server up unless FORCE. There is no replica to wait for, so NOW changes
+/// nothing and no shutdown is ever in progress to ABORT. The server then stops
+/// accepting, every connection is closed, and the process exits with status 0.
+/// Like Redis, the client gets no reply — the connection just closes.
 fn shutdown(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let (mut save, mut nosave, mut abort) = (false, false, false);
-    let mut other_flags = false;
+    let (mut force, mut now) = (false, false);
     for arg in &args[1..] {
         if eq_ic(arg, "nosave") {
             nosave = true;
         } else if eq_ic(arg, "save") {
             save = true;
-        } else if eq_ic(arg, "now") || eq_ic(arg, "force") {
-            other_flags = true;
+        } else if eq_ic(arg, "now") {
+            now = true;
+        } else if eq_ic(arg, "force") {
+            force = true;
         } else if eq_ic(arg, "abort") {
             abort = true;
         } else {
             return Err(CmdError::Syntax);
         }
     }
-    if (abort && (save || nosave || other_flags)) || (save && nosave) {
+    if (abort && (save || nosave || now || force)) || (save && nosave) {
         return Err(CmdError::Syntax);
     }
     if abort {
@@ -184,21 +151,22 @@ fn shutdown(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         // SHUTDOWN is no_multi; this only guards a transaction that queued it anyway.
         return Err(CmdError::err("Command not allowed inside a transaction"));
     }
+    let server = ctx.server;
+    let policy = !server.config.save_policy.read().is_empty();
+    // Redis never saves over the file it is still loading.
+    if (save || (policy && !nosave)) && !server.persist.loading() {
+        if let Err(e) = crate::offload::offload(|| crate::persist::save_final(server)) {
+            tracing::warn!(error = %e, "error trying to save the DB before shutdown");
+            if !force {
+                return Err(CmdError::err("Errors trying to SHUTDOWN. Check logs."));
+            }
+        }
+    }
+    crate::persist::settle_shutdown(server);
     tracing::warn!(client = ctx.session.id(), "user requested shutdown");
-    ctx.server.shutdown.cancel();
+    server.shutdown.cancel();
     ctx.close_without_reply();
     Ok(Frame::ok())
-}
-
-fn lastsave(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
-    // Nothing is ever saved: the dataset is exactly as durable as at start.
-    Ok(Frame::Integer(start_unix_secs(ctx.server) as i64))
-}
-
-/// SAVE and BGSAVE: refused rather than acknowledged, so nobody believes a cache
-/// that never writes to disk has made a snapshot.
-fn no_persistence(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
-    Err(CmdError::err("relcache does not persist data"))
 }
 
 fn swapdb(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {

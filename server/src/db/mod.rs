@@ -53,6 +53,9 @@ pub struct Db {
     /// looking for leases to revoke with one load.
     leases_out: AtomicUsize,
     lease_tokens: lease::Tokens,
+    /// Changes to the keyspace since start (Redis's `server.dirty`): bumped by every
+    /// write a view makes; a snapshot remembers the value it started at.
+    pub dirty: crate::stats::Counter,
 }
 
 impl Default for Db {
@@ -80,6 +83,7 @@ impl Db {
             ),
             leases_out: AtomicUsize::new(0),
             lease_tokens: lease::Tokens::new(now_ms()),
+            dirty: crate::stats::Counter::default(),
         }
     }
 
@@ -163,6 +167,34 @@ impl Db {
         idx.sort_unstable();
         idx.dedup();
         View::lock(self, &idx, mode)
+    }
+}
+
+impl Db {
+    /// Stores entries read from a snapshot at start, holding each shard's lock over
+    /// a run of keys of that shard (a snapshot chunk is one shard's keys). Returns
+    /// the first key that was already present: a snapshot holds each key once.
+    pub fn restore<K: AsRef<[u8]>>(
+        &self,
+        entries: impl IntoIterator<Item = (K, Value, u64)>,
+    ) -> Result<(), K> {
+        let lru = self.lru_clock();
+        let mut held: Option<(usize, parking_lot::RwLockWriteGuard<'_, ShardMap>)> = None;
+        for (key, value, expire_at) in entries {
+            let idx = self.shard_index(key.as_ref());
+            let map = match &mut held {
+                Some((i, g)) if *i == idx => g,
+                _ => {
+                    held = None;
+                    &mut held.insert((idx, self.shards[idx].map.write())).1
+                }
+            };
+            if map.insert(key.as_ref(), value, expire_at, lru).is_some() {
+                return Err(key);
+            }
+            self.shards[idx].len.fetch_add(1, Relaxed);
+        }
+        Ok(())
     }
 }
 

@@ -152,6 +152,7 @@ impl<'a> View<'a> {
         match map.get_mut(key, now) {
             Lookup::Live(e) => {
                 e.touch(lru);
+                self.db.dirty.incr();
                 Some(e)
             }
             Lookup::Expired => {
@@ -169,6 +170,7 @@ impl<'a> View<'a> {
         let (now, lru) = (self.now_ms, self.lru);
         let (map, shard) = self.shard_mut(key);
         let old = map.insert(key, value, expire_at, lru);
+        self.db.dirty.incr();
         match old {
             None => {
                 shard.len.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -189,6 +191,7 @@ impl<'a> View<'a> {
             self.expired += 1;
             return None;
         }
+        self.db.dirty.incr();
         Some(e)
     }
 
@@ -217,7 +220,9 @@ impl<'a> View<'a> {
         let mut n = 0;
         for (i, g) in &mut self.guards {
             if let Guard::Write(g) = g {
-                n += g.clear();
+                let cleared = g.clear();
+                db.dirty.add(cleared as u64);
+                n += cleared;
                 db.shard(*i)
                     .len
                     .store(0, std::sync::atomic::Ordering::Relaxed);
