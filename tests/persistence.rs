@@ -12,39 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use harness::{info_stat, server_bin, Raw, TestServer};
+use harness::{info_stat, server_bin, Raw, TempDir, TestServer};
 use relcache_protocol::snapshot::{ChunkBuilder, Encoder, Record, Snapshot};
-
-/// A fresh directory for one test's snapshot, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "relcache-persist-{}-{name}-{}",
-            std::process::id(),
-            N.fetch_add(1, Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn path(&self) -> &str {
-        self.0.to_str().unwrap()
-    }
-
-    fn file(&self) -> PathBuf {
-        self.0.join("dump.rcs")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn start_in(dir: &TempDir, extra: &[&str]) -> TestServer {
     let mut args = vec!["--dir", dir.path()];

@@ -21,6 +21,38 @@ pub struct TestServer {
     child: Child,
     pub port: u16,
     log: std::sync::Arc<Mutex<String>>,
+    /// The server's own `dir`, so a SAVE in one test is never loaded by another's
+    /// server (a test that passes `--dir` overrides it).
+    _dir: TempDir,
+}
+
+/// A fresh directory under the system's temp dir, removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("relcache-{name}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create a temp dir");
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &str {
+        self.0.to_str().expect("a UTF-8 temp dir")
+    }
+
+    /// The snapshot file a server with this `dir` and the default `dbfilename` uses.
+    pub fn file(&self) -> PathBuf {
+        self.0.join("dump.rcs")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Path to the binary under test (cargo builds it for this package's tests).
@@ -36,8 +68,9 @@ impl TestServer {
 
     /// Starts a server with extra command-line options (`["--maxclients", "5"]`).
     pub fn start_with(args: &[&str]) -> TestServer {
+        let dir = TempDir::new("server");
         let mut child = Command::new(server_bin())
-            .args(["--port", "0", "--bind", "127.0.0.1"])
+            .args(["--port", "0", "--bind", "127.0.0.1", "--dir", dir.path()])
             .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -74,7 +107,12 @@ impl TestServer {
                 );
             }
         };
-        let server = TestServer { child, port, log };
+        let server = TestServer {
+            child,
+            port,
+            log,
+            _dir: dir,
+        };
         server.wait_ready();
         server
     }
