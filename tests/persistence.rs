@@ -6,7 +6,7 @@
 
 mod harness;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
@@ -182,7 +182,14 @@ fn a_server_that_started_empty_reports_ctime_zero() {
     );
     assert_eq!(
         q::<Vec<String>>(&mut con, &["CONFIG", "GET", "dir"]),
-        ["dir", dir.0.canonicalize().unwrap().to_str().unwrap()]
+        [
+            "dir",
+            Path::new(dir.path())
+                .canonicalize()
+                .unwrap()
+                .to_str()
+                .unwrap()
+        ]
     );
 }
 
