@@ -83,8 +83,10 @@ impl Builder {
         }
     }
 
-    /// The hash seed to write in the header. Any value works; a random one makes
-    /// slot positions unpredictable to whoever chooses the ids.
+    /// The hash seed to build with, written in the header. Any value works; a random
+    /// one makes slot positions unpredictable to whoever chooses the ids. The header
+    /// gets a later seed of the build's attempts (`seed + k * RESEED_STEP`) only if
+    /// some id would land past [`MAX_PROBE`](super::MAX_PROBE) with this one.
     #[must_use]
     pub const fn seed(mut self, seed: u64) -> Self {
         self.seed = seed;

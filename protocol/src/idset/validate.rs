@@ -129,7 +129,11 @@ pub fn looks_like_table(bytes: &[u8]) -> bool {
 /// the bound and rules out duplicates).
 ///
 /// Runs in O(capacity) time on any input (at most `MAX_PROBE` reads per stored id),
-/// allocates nothing, and never panics.
+/// allocates nothing, and never panics. The constant matters for a table laid out
+/// with every id at the bound: measured on an 80 MB table (10M slots, 6.3M ids each
+/// 128 slots into its sequence), 15 s, against 0.55 s for a built table of 7.5M ids
+/// in the same capacity. (The total budget this replaced, 64 reads per slot of
+/// capacity, allowed about 12 s there.)
 ///
 /// # Errors
 ///
