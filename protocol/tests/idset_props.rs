@@ -1,14 +1,17 @@
 //! Property tests of the idset table against a `HashSet<u64>` model: building,
 //! in-place inserts and removes with rebuilds on `Full`, and the validator on arbitrary
 //! and corrupted bytes (it must never panic, and whatever it accepts must behave as a
-//! set and stay valid under updates).
+//! set and stay valid under updates). Every table checked also keeps the probe bound:
+//! each stored id sits within the first `MAX_PROBE` slots of its sequence, and a
+//! lookup, modelled here with its reads counted, never reads more.
 
 use std::collections::HashSet;
 
 use proptest::prelude::*;
 use relcache_protocol::idset::{
-    capacity_for, rebuild, validate, Builder, Full, Header, TableMut, TableRef, DEFAULT_MAX_LOAD,
-    DEFAULT_SEED, HEADER_LEN, MAGIC, SLOT_LEN,
+    capacity_for, hash, probe_limit, rebuild, rebuild_with, start_and_step, validate, Builder,
+    Full, Header, TableMut, TableRef, DEFAULT_MAX_LOAD, DEFAULT_SEED, DELETED, EMPTY, HEADER_LEN,
+    MAGIC, MAX_PROBE, SLOT_LEN,
 };
 
 /// Ids biased to the two marker values, small values (duplicates and, in small tables,
@@ -27,8 +30,66 @@ fn seed() -> impl Strategy<Value = u64> {
     prop_oneof![Just(DEFAULT_SEED), Just(0u64), any::<u64>()]
 }
 
+/// The slots of `id`'s probe sequence in `table`, all `capacity` of them, computed
+/// here from FORMAT.md §4 rather than with the crate's walker.
+fn sequence(table: &TableRef<'_>, id: u64) -> Vec<u64> {
+    let cap = u64::from(table.capacity());
+    let (start, step) = start_and_step(hash(id, table.seed()), table.capacity());
+    (0..cap)
+        .map(|k| (u64::from(start) + k * u64::from(step)) % cap)
+        .collect()
+}
+
+/// FORMAT.md §5's lookup of a slot id, counting its reads: whether it found the id.
+fn model_lookup(table: &TableRef<'_>, id: u64) -> (bool, u32) {
+    let mut reads = 0;
+    for slot in sequence(table, id)
+        .into_iter()
+        .take(probe_limit(table.capacity()) as usize)
+    {
+        reads += 1;
+        let v = table.as_bytes()[HEADER_LEN + SLOT_LEN * slot as usize..][..SLOT_LEN]
+            .try_into()
+            .map(u64::from_le_bytes)
+            .unwrap();
+        if v == id {
+            return (true, reads);
+        }
+        if v == EMPTY {
+            return (false, reads);
+        }
+    }
+    (false, reads)
+}
+
+/// The probe bound on a valid table: every stored id sits within the first
+/// `MAX_PROBE` slots of its sequence, and every lookup, of a member or of `absent`
+/// ids, ends within `MAX_PROBE` reads with the answer `contains` gives.
+fn check_bound(table: &TableRef<'_>, absent: impl IntoIterator<Item = u64>) {
+    for (slot, id) in table.slots(0).enumerate() {
+        let Some(id) = id else { continue };
+        let depth = sequence(table, id)
+            .iter()
+            .position(|&s| s == slot as u64)
+            .unwrap();
+        assert!(depth < MAX_PROBE as usize, "id {id} at depth {depth}");
+    }
+    for id in table.slots(0).flatten().chain(absent) {
+        if id == EMPTY || id == DELETED {
+            continue;
+        }
+        let (found, reads) = model_lookup(table, id);
+        assert!(reads <= MAX_PROBE, "{reads} reads for {id}");
+        assert_eq!(table.contains(id), found, "contains({id})");
+    }
+}
+
 /// Checks what any table the validator accepts must satisfy, against `model` if given.
 fn check_set(table: TableRef<'_>, model: Option<&HashSet<u64>>) {
+    check_bound(
+        &table,
+        [1, 2, 3, 47, u64::MAX - 1, 1 << 40, 0x1234_5678_9abc],
+    );
     let members: Vec<u64> = table.iter().collect();
     let distinct: HashSet<u64> = members.iter().copied().collect();
     assert_eq!(distinct.len(), members.len(), "iter yields an id twice");
@@ -144,14 +205,15 @@ proptest! {
                     Err(Full) => {
                         prop_assert!(!model.contains(&id), "Full for a member");
                         let before = bytes.clone();
-                        let rebuilt = rebuild(&TableRef::open(&bytes).unwrap(), 1).unwrap();
+                        let rebuilt =
+                            rebuild_with(&TableRef::open(&bytes).unwrap(), &[id], 1).unwrap();
                         prop_assert_eq!(&before, &bytes, "Full changed the table");
                         bytes = rebuilt;
                         let table = validate(&bytes).unwrap();
                         prop_assert_eq!(table.deleted(), 0);
                         prop_assert_eq!(table.seed(), seed);
                         prop_assert!(table.room_in_place() >= 1);
-                        prop_assert_eq!(TableMut::open(&mut bytes).unwrap().insert(id), Ok(true));
+                        prop_assert!(table.contains(id));
                         model.insert(id);
                     }
                 }
@@ -444,4 +506,166 @@ fn growth_by_rebuild_is_geometric() {
         validate(&bytes).unwrap(),
         Some(&(10_001..=15_000).collect()),
     );
+}
+
+/// A table as hostile as the bound allows: `capacity` slots, all DELETED but a run of
+/// `empties` EMPTY slots from `empty_at`, and each of `ids` placed at the given depth
+/// of its probe sequence when that slot is still DELETED. A depth of `MAX_PROBE` or
+/// more puts it past the bound; an EMPTY slot earlier on its path brings a smaller
+/// depth back before it and drops a larger one, so no id is off its path.
+fn hostile(capacity: u32, seed: u64, empty_at: u32, empties: u32, ids: &[(u64, u16)]) -> Vec<u8> {
+    let cap = u64::from(capacity);
+    let mut slots = vec![DELETED; capacity as usize];
+    for k in 0..u64::from(empties) {
+        slots[((u64::from(empty_at) + k) % cap) as usize] = EMPTY;
+    }
+    let blank = Builder::new().seed(seed).build(&[]);
+    for &(id, depth) in ids {
+        let (start, step) = start_and_step(hash(id, seed), capacity);
+        let at = |d: u64| ((u64::from(start) + d * u64::from(step)) % cap) as usize;
+        let open = (0..u64::from(depth)).find(|&d| slots[at(d)] == EMPTY);
+        let depth = match open {
+            None => u64::from(depth),
+            Some(0) => continue,
+            Some(_) if u32::from(depth) >= MAX_PROBE => continue,
+            Some(d) => d - 1,
+        };
+        let slot = at(depth);
+        if id != EMPTY && id != DELETED && slots[slot] == DELETED {
+            slots[slot] = id;
+        }
+    }
+    let count = slots
+        .iter()
+        .filter(|&&v| v != EMPTY && v != DELETED)
+        .count() as u32;
+    let deleted = slots.iter().filter(|&&v| v == DELETED).count() as u32;
+    let mut header = Header::parse(&blank).unwrap();
+    (header.capacity, header.count, header.deleted) = (capacity, count, deleted);
+    let mut bytes = header.to_bytes().to_vec();
+    for v in slots {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    bytes
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Tables laid out to make lookups long: clustered EMPTY slots, ids deep in their
+    /// sequences. Those that validate answer every lookup within `MAX_PROBE` reads
+    /// and stay valid and within the bound under updates; those refused had an id past
+    /// the bound or off its path.
+    #[test]
+    fn hostile_layouts_are_bounded_or_refused(
+        capacity in prop_oneof![Just(131u32), Just(257), Just(1031)],
+        seed in seed(),
+        empty_at in any::<u32>(),
+        empties in 1u32..8,
+        mut ids in prop::collection::vec((any::<u64>(), 0u16..128), 0..60),
+        past in prop::option::of((any::<u64>(), 128u16..160)),
+        ops in prop::collection::vec((any::<bool>(), prop_oneof![1u64..64, any::<u64>()]), 0..60),
+    ) {
+        let within = hostile(capacity, seed, empty_at, empties, &ids);
+        ids.extend(past);
+        let mut bytes = hostile(capacity, seed, empty_at, empties, &ids);
+        if bytes != within {
+            prop_assert!(validate(&bytes).is_err(), "an id past the bound was accepted");
+            bytes = within;
+        }
+        let Ok(table) = validate(&bytes) else {
+            // Only an id placed twice (a repeat in `ids`) can be wrong here.
+            let repeats = ids.iter().map(|&(id, _)| id).collect::<HashSet<_>>().len() < ids.len();
+            prop_assert!(repeats, "{:?}", validate(&bytes).err());
+            return Ok(());
+        };
+        check_set(table, None);
+        let mut model: HashSet<u64> = table.iter().collect();
+        for (is_insert, id) in ops {
+            let outcome = if is_insert {
+                TableMut::open(&mut bytes).unwrap().insert(id)
+            } else {
+                Ok(TableMut::open(&mut bytes).unwrap().remove(id))
+            };
+            match (is_insert, outcome) {
+                (true, Ok(added)) => prop_assert_eq!(added, model.insert(id)),
+                (false, Ok(removed)) => prop_assert_eq!(removed, model.remove(&id)),
+                (_, Err(Full)) => {
+                    prop_assert!(!model.contains(&id));
+                    bytes = rebuild_with(&TableRef::open(&bytes).unwrap(), &[id], 0).unwrap();
+                    model.insert(id);
+                }
+            }
+            check_set(validate(&bytes).unwrap(), Some(&model));
+        }
+    }
+}
+
+/// An id whose first `MAX_PROBE` slots all hold other ids, in a table with plenty of
+/// room: the in-place insert is `Full` and writes nothing; a rebuild with it places
+/// it. With one of those slots deleted instead, the insert reuses it.
+#[test]
+fn an_insert_past_the_bound_is_full() {
+    let mut bytes = Builder::new().seed(0).reserve(700).build(&[]);
+    let cap = validate(&bytes).unwrap().capacity();
+    let x = 1u64 << 50;
+    let (start, step) = start_and_step(hash(x, 0), cap);
+    let path: Vec<u64> = (0..u64::from(MAX_PROBE))
+        .map(|k| (u64::from(start) + k * u64::from(step)) % u64::from(cap))
+        .collect();
+    // For each slot of x's path, an id that starts there.
+    let blockers: Vec<u64> = path
+        .iter()
+        .map(|&slot| {
+            (1u64..)
+                .find(|&id| u64::from(start_and_step(hash(id, 0), cap).0) == slot)
+                .unwrap()
+        })
+        .collect();
+    let mut t = TableMut::open(&mut bytes).unwrap();
+    for &id in &blockers {
+        assert_eq!(t.insert(id), Ok(true));
+    }
+    let table = validate(&bytes).unwrap();
+    assert_eq!(table.count(), MAX_PROBE);
+    assert!(table.room_in_place() > 500, "room is not what stops it");
+    let before = bytes.clone();
+    assert_eq!(TableMut::open(&mut bytes).unwrap().insert(x), Err(Full));
+    assert_eq!(bytes, before, "Full writes nothing");
+
+    let rebuilt = rebuild_with(&TableRef::open(&bytes).unwrap(), &[x], 0).unwrap();
+    let mut model: HashSet<u64> = blockers.iter().copied().collect();
+    model.insert(x);
+    check_set(validate(&rebuilt).unwrap(), Some(&model));
+
+    // Remove the blocker in the last slot of the path: x takes that tombstone.
+    assert!(TableMut::open(&mut bytes)
+        .unwrap()
+        .remove(blockers[MAX_PROBE as usize - 1]));
+    assert_eq!(TableMut::open(&mut bytes).unwrap().insert(x), Ok(true));
+    let table = validate(&bytes).unwrap();
+    assert_eq!(table.slot(path[MAX_PROBE as usize - 1]), Some(x));
+    assert_eq!(table.deleted(), 0);
+}
+
+/// Ids crafted to share a start and step under the default seed defeat that seed; the
+/// builder moves to the next seed (FORMAT.md §7) and stays at the same capacity.
+#[test]
+fn colliding_ids_make_the_builder_reseed() {
+    let n = 200u64;
+    let cap = capacity_for(n, DEFAULT_MAX_LOAD).unwrap();
+    let (start, step) = start_and_step(hash(1, DEFAULT_SEED), cap);
+    let ids: Vec<u64> = (1u64..)
+        .filter(|&id| start_and_step(hash(id, DEFAULT_SEED), cap) == (start, step))
+        .take(MAX_PROBE as usize + 1)
+        .chain((1u64 << 60..).take(n as usize - MAX_PROBE as usize - 1))
+        .collect();
+    let bytes = Builder::new().build(&ids);
+    let table = validate(&bytes).unwrap();
+    assert_eq!(table.capacity(), cap);
+    assert_eq!(
+        table.seed(),
+        DEFAULT_SEED.wrapping_add(relcache_protocol::idset::RESEED_STEP)
+    );
+    check_set(table, Some(&ids.iter().copied().collect()));
 }

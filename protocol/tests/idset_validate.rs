@@ -3,8 +3,8 @@
 
 use relcache_protocol::idset::{
     hash, looks_like_table, start_and_step, validate, validate_mut, Builder, FormatError, Header,
-    TableMut, TableRef, DELETED, EMPTY, HEADER_LEN, MAGIC, OFF_CAPACITY, OFF_COUNT, OFF_DELETED,
-    OFF_FLAGS, OFF_RESERVED, OFF_VERSION, PROBE_BUDGET_PER_SLOT, SLOT_LEN,
+    TableMut, TableRef, DELETED, EMPTY, HEADER_LEN, MAGIC, MAX_PROBE, OFF_CAPACITY, OFF_COUNT,
+    OFF_DELETED, OFF_FLAGS, OFF_RESERVED, OFF_VERSION, SLOT_LEN,
 };
 
 fn set_u32(bytes: &mut [u8], off: usize, v: u32) {
@@ -321,12 +321,55 @@ fn duplicate() {
     );
 }
 
+/// A seed-0 table of `capacity` slots with `id` at index `at` of its probe sequence,
+/// every slot before it there DELETED, and the rest EMPTY: reachable, so valid
+/// before the bound existed; valid now exactly when `at < MAX_PROBE`.
+fn id_at_depth(id: u64, capacity: u32, at: usize) -> (Vec<u8>, u64) {
+    let seq = probe(id, capacity, at + 1);
+    let mut bytes = blank(capacity);
+    for &slot in &seq[..at] {
+        set_slot(&mut bytes, slot, DELETED);
+    }
+    set_slot(&mut bytes, seq[at], id);
+    set_u32(&mut bytes, OFF_COUNT, 1);
+    set_u32(&mut bytes, OFF_DELETED, at as u32);
+    (bytes, seq[at])
+}
+
 #[test]
-fn probe_budget() {
+fn past_probe_bound() {
+    let bound = MAX_PROBE as usize;
+    // At the last read the bound allows: valid, and found.
+    let (bytes, _) = id_at_depth(42, 131, bound - 1);
+    assert!(validate(&bytes).unwrap().contains(42));
+    // One further: refused, though the lookup would reach it without the bound.
+    let (bytes, slot) = id_at_depth(42, 131, bound);
+    assert_eq!(
+        err(&bytes),
+        FormatError::PastProbeBound {
+            id: 42,
+            slot: slot as u32
+        }
+    );
+    assert_eq!(
+        err(&bytes).to_string(),
+        format!(
+            "id 42 at slot {slot} is not within the first 128 slots of its probe sequence; \
+             rebuild the table with a lower load or another seed"
+        )
+    );
+    // A lookup stops at the bound even in bytes nobody validated.
+    assert!(!TableRef::open(&bytes).unwrap().contains(42));
+    // Below MAX_PROBE slots the bound is the whole table: any reachable slot is fine.
+    let (bytes, _) = id_at_depth(42, 127, 125);
+    assert!(validate(&bytes).unwrap().contains(42));
+}
+
+#[test]
+fn a_dense_table_that_passed_before_is_refused() {
     // Capacity 211, slot 0 the only empty one, and 210 ids each of whose probe
     // sequence visits slot 0 last (start == step), so any placement is reachable. Put
-    // them in slots 1..=210 in order: on average an id's lookup then reads about half
-    // the table, far over the budget of 64 reads per slot.
+    // them in slots 1..=210 in order: ids deep in their sequence are past the bound.
     let cap = 211u32;
     let ids: Vec<u64> = (1u64..)
         .filter(|&id| {
@@ -336,31 +379,26 @@ fn probe_budget() {
         .take(cap as usize - 1)
         .collect();
     let mut bytes = blank(cap);
-    let mut reads = 0u64;
+    let mut first_past = None;
     for (k, &id) in ids.iter().enumerate() {
         let slot = k as u64 + 1;
         set_slot(&mut bytes, slot, id);
         let seq = probe(id, cap, cap as usize);
         assert_eq!(seq[cap as usize - 1], 0);
-        reads += seq.iter().position(|&s| s == slot).unwrap() as u64 + 1;
+        let depth = seq.iter().position(|&s| s == slot).unwrap();
+        if depth >= MAX_PROBE as usize && first_past.is_none() {
+            first_past = Some((id, slot as u32));
+        }
     }
     set_u32(&mut bytes, OFF_COUNT, cap - 1);
-    let budget = PROBE_BUDGET_PER_SLOT * u64::from(cap);
-    assert!(
-        reads > budget,
-        "{reads} reads is within the budget {budget}; the test needs more"
-    );
-    assert_eq!(err(&bytes), FormatError::ProbeBudget { budget });
-    assert_eq!(
-        err(&bytes).to_string(),
-        "lookups of the stored ids read more than 13504 slots (64 per slot of capacity); \
-         rebuild the table with a lower load or another seed"
-    );
-    // The same ids placed by the builder rule (each at the first free slot of its
-    // sequence) are well within budget, at the same load.
-    let mut built = Builder::new().seed(0).max_load(1.0).build(&ids);
-    assert_eq!(validate(&built).unwrap().capacity(), cap);
-    assert!(validate_mut(&mut built).is_ok());
+    let (id, slot) = first_past.expect("some id sits past the bound");
+    assert_eq!(err(&bytes), FormatError::PastProbeBound { id, slot });
+    // The same ids placed by the builder are within the bound, at whatever seed and
+    // capacity its attempts settle on.
+    let built = Builder::new().seed(0).max_load(1.0).build(&ids);
+    let table = validate(&built).unwrap();
+    assert_eq!(table.len(), ids.len() as u64);
+    assert!(ids.iter().all(|&id| table.contains(id)));
 }
 
 #[test]

@@ -1,11 +1,13 @@
-//! Building tables from ids: [`Builder`], and [`rebuild`] for a table that is full or
-//! mostly deleted slots.
+//! Building tables from ids: [`Builder`], and [`rebuild`] / [`rebuild_with`] for a
+//! table that is full or mostly deleted slots.
+
+use std::collections::HashSet;
 
 use super::prime::next_prime;
 use super::table::{flag_for, read_u64, slot_off, write_u64, Header, Probe, TableRef};
 use super::{
-    table_len, DEFAULT_MAX_LOAD, DEFAULT_SEED, EMPTY, HEADER_LEN, MAX_CAPACITY, MIN_CAPACITY,
-    VERSION,
+    probe_limit, table_len, DEFAULT_MAX_LOAD, DEFAULT_SEED, EMPTY, HEADER_LEN, MAX_CAPACITY,
+    MIN_CAPACITY, RESEED_STEP, SEEDS_PER_CAPACITY, VERSION,
 };
 
 /// The ids do not fit in a table of at most [`MAX_CAPACITY`] slots (or, on a 32-bit
@@ -81,8 +83,10 @@ impl Builder {
         }
     }
 
-    /// The hash seed to write in the header. Any value works; a random one makes
-    /// slot positions unpredictable to whoever chooses the ids.
+    /// The hash seed to build with, written in the header. Any value works; a random
+    /// one makes slot positions unpredictable to whoever chooses the ids. The header
+    /// gets a later seed of the build's attempts (`seed + k * RESEED_STEP`) only if
+    /// some id would land past [`MAX_PROBE`](super::MAX_PROBE) with this one.
     #[must_use]
     pub const fn seed(mut self, seed: u64) -> Self {
         self.seed = seed;
@@ -156,29 +160,82 @@ impl Builder {
         self.build(&ids)
     }
 
-    /// Two passes over `ids` (three if it has duplicates that change the capacity): the
-    /// capacity is the one for the *distinct* ids, and the layout is the one you get by
-    /// inserting them in order into that capacity, so other implementations can
-    /// reproduce it exactly.
+    /// The layout of FORMAT.md §7, so other implementations can reproduce it
+    /// exactly: the capacity is the one for the *distinct* ids, the layout the one you
+    /// get by inserting them in order into that capacity, each within the first
+    /// [`MAX_PROBE`](super::MAX_PROBE) slots of its probe sequence. An id that would land past them
+    /// fails the attempt; the next tries another seed, [`SEEDS_PER_CAPACITY`] of them
+    /// (`seed + k * RESEED_STEP`, wrapping), then the smallest prime at least twice
+    /// the capacity, seeds again from `seed`.
+    ///
+    /// Usually one pass (two if duplicates change the capacity). Counting the
+    /// distinct ids takes a set only when the first attempt fails, which takes ids
+    /// laid out on purpose or a load near 1. With at most `MAX_PROBE` ids no attempt
+    /// can fail (an id's first `MAX_PROBE` slots are distinct, and the others hold
+    /// fewer); beyond that, ids that defeat four seeds at every capacity would have to
+    /// be crafted per seed and capacity, so the doubling stops long before
+    /// [`MAX_CAPACITY`] in practice.
     fn build_from<I: Iterator<Item = u64> + Clone>(&self, ids: I) -> Result<Vec<u8>, TooLarge> {
         let upper = ids.clone().filter(|&id| flag_for(id).is_none()).count() as u64;
-        let capacity = self.capacity_for(upper)?;
-        let (bytes, count) = fill(ids.clone(), self.seed, capacity);
-        if u64::from(count) < upper {
-            let exact = self.capacity_for(u64::from(count))?;
-            if exact != capacity {
-                return Ok(fill(ids, self.seed, exact).0);
+        let guess = self.capacity_for(upper)?;
+        let distinct = match fill(ids.clone(), self.seed, guess) {
+            Filled::Done(bytes, count) => {
+                if u64::from(count) == upper || self.capacity_for(u64::from(count))? == guess {
+                    return Ok(bytes);
+                }
+                u64::from(count)
             }
+            Filled::PastBound => {
+                let mut seen = HashSet::new();
+                ids.clone()
+                    .filter(|&id| flag_for(id).is_none() && seen.insert(id))
+                    .count() as u64
+            }
+        };
+        let mut capacity = self.capacity_for(distinct)?;
+        // The first attempt, (seed, guess), is the schedule's first when the guess was
+        // right: it failed already.
+        let mut skip_first = capacity == guess;
+        loop {
+            for k in u32::from(skip_first)..SEEDS_PER_CAPACITY {
+                let seed = self
+                    .seed
+                    .wrapping_add(u64::from(k).wrapping_mul(RESEED_STEP));
+                if let Filled::Done(bytes, _) = fill(ids.clone(), seed, capacity) {
+                    return Ok(bytes);
+                }
+            }
+            skip_first = false;
+            capacity = doubled(capacity, distinct)?;
         }
-        Ok(bytes)
     }
 }
 
+/// The smallest prime at least twice `capacity`: where a build goes when
+/// [`SEEDS_PER_CAPACITY`] seeds could not place `slot_ids` ids within the bound.
+fn doubled(capacity: u32, slot_ids: u64) -> Result<u32, TooLarge> {
+    let needed = 2 * u64::from(capacity);
+    next_prime(needed)
+        .filter(|&c| usize::try_from(table_len(c)).is_ok())
+        .ok_or(TooLarge {
+            slots: slot_ids,
+            needed,
+        })
+}
+
+/// What [`fill`] made.
+enum Filled {
+    /// The table, and how many ids went into slots.
+    Done(Vec<u8>, u32),
+    /// An id would have landed past [`MAX_PROBE`](super::MAX_PROBE): no table.
+    PastBound,
+}
+
 /// Inserts `ids` in order into a new table of `capacity` slots, which must exceed the
-/// number of distinct ids other than 0 and `u64::MAX`. Returns the table and how many
-/// ids went into slots.
-fn fill<I: Iterator<Item = u64>>(ids: I, seed: u64, capacity: u32) -> (Vec<u8>, u32) {
-    // `capacity_for` checked that the length fits in usize.
+/// number of distinct ids other than 0 and `u64::MAX`, each into the first empty slot
+/// among the first [`probe_limit`]`(capacity)` of its probe sequence.
+fn fill<I: Iterator<Item = u64>>(ids: I, seed: u64, capacity: u32) -> Filled {
+    // `capacity_for` and `attempts` checked that the length fits in usize.
     let mut bytes = vec![0u8; table_len(capacity) as usize];
     let (mut count, mut flags) = (0u32, 0u8);
     for id in ids {
@@ -188,7 +245,7 @@ fn fill<I: Iterator<Item = u64>>(ids: I, seed: u64, capacity: u32) -> (Vec<u8>, 
         }
         let mut probe = Probe::new(id, seed, capacity);
         let mut placed = false;
-        for _ in 0..capacity {
+        for _ in 0..probe_limit(capacity) {
             let off = slot_off(probe.slot());
             let v = read_u64(&bytes, off);
             if v == EMPTY {
@@ -203,12 +260,11 @@ fn fill<I: Iterator<Item = u64>>(ids: I, seed: u64, capacity: u32) -> (Vec<u8>, 
             }
             probe.advance();
         }
-        // Capacity exceeds the distinct ids, and a prime capacity's probe sequence
-        // visits every slot, so an empty slot is always found.
-        assert!(
-            placed,
-            "idset builder: no empty slot in capacity {capacity}"
-        );
+        // Below MAX_PROBE slots the walk covers the whole table (a prime capacity's
+        // sequence visits every slot), so only a table larger than that gets here.
+        if !placed {
+            return Filled::PastBound;
+        }
     }
     let header = Header {
         version: VERSION,
@@ -219,26 +275,44 @@ fn fill<I: Iterator<Item = u64>>(ids: I, seed: u64, capacity: u32) -> (Vec<u8>, 
         deleted: 0,
     };
     bytes[..HEADER_LEN].copy_from_slice(&header.to_bytes());
-    (bytes, count)
+    Filled::Done(bytes, count)
 }
 
 /// A fresh table with the members of `table`: same seed, default load, no deleted
-/// slots, sized for its members plus `reserve` more.
+/// slots, sized for its members plus `reserve` more (see [`rebuild_with`]).
 ///
-/// Use it when [`TableMut::insert`](super::TableMut::insert) returns
-/// [`Full`](super::Full). It also shrinks a table whose load is mostly deleted slots.
-/// Even with `reserve` 1, the new table takes about `len / 5` in-place inserts (load
-/// 0.75 up to 0.9) before it is full again, so rebuilding on `Full` costs amortized
-/// O(1) per insert.
+/// It shrinks a table whose load is mostly deleted slots. Even with `reserve` 1, the
+/// new table takes about `len / 5` in-place inserts (load 0.75 up to 0.9) before it
+/// is full again, so rebuilding costs amortized O(1) per insert.
 ///
 /// # Errors
 ///
 /// [`TooLarge`] if the table would need more than [`MAX_CAPACITY`] slots.
 pub fn rebuild(table: &TableRef<'_>, reserve: usize) -> Result<Vec<u8>, TooLarge> {
+    rebuild_with(table, &[], reserve)
+}
+
+/// A fresh table with the members of `table` (in slot order) followed by `more`:
+/// built as FORMAT.md §7 says, from the table's own seed, at the default load, with
+/// room for `reserve` more ids.
+///
+/// Use it when [`TableMut::insert`](super::TableMut::insert) returns
+/// [`Full`](super::Full), with the id being inserted in `more`: a build always places
+/// every id (trying other seeds or a larger capacity if it must), whereas inserting
+/// into a plain rebuild could meet `Full` again for an id laid out to collide.
+///
+/// # Errors
+///
+/// [`TooLarge`] if the table would need more than [`MAX_CAPACITY`] slots.
+pub fn rebuild_with(
+    table: &TableRef<'_>,
+    more: &[u64],
+    reserve: usize,
+) -> Result<Vec<u8>, TooLarge> {
     Builder::new()
         .seed(table.seed())
         .reserve(reserve)
-        .build_from(table.iter())
+        .build_from(table.iter().chain(more.iter().copied()))
 }
 
 #[cfg(test)]
@@ -271,6 +345,28 @@ mod tests {
     #[should_panic(expected = "not in (0, 1]")]
     fn max_load_must_be_a_fraction() {
         let _ = Builder::new().max_load(1.5);
+    }
+
+    #[test]
+    fn a_load_near_one_moves_to_a_larger_capacity() {
+        // 1,008 ids in 1,009 slots: every seed leaves ids past the bound, so the build
+        // doubles the capacity and starts again from the seed asked for (the Python
+        // builder of FORMAT.md §11 gives the same).
+        let ids: Vec<u64> = (1..=1008).collect();
+        let bytes = Builder::new().max_load(1.0).build(&ids);
+        let header = Header::parse(&bytes).unwrap();
+        assert_eq!((header.capacity, header.seed), (2027, DEFAULT_SEED));
+        // At most MAX_PROBE ids always fit in one attempt, at any load.
+        let few: Vec<u64> = (1..=u64::from(super::super::MAX_PROBE)).collect();
+        let bytes = Builder::new().max_load(1.0).seed(5).build(&few);
+        let header = Header::parse(&bytes).unwrap();
+        assert_eq!((header.capacity, header.seed), (131, 5));
+    }
+
+    #[test]
+    fn doubling_past_the_largest_capacity_is_an_error() {
+        assert_eq!(doubled(1009, 7), Ok(2027));
+        assert!(doubled(MAX_CAPACITY / 2 + 1, 7).is_err());
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! `protocol/FORMAT.md` with test vectors; this module is the reference
 //! implementation. It is not a general-purpose hash set: ids are only `u64`, the
 //! capacity is fixed until the table is rebuilt, and nothing here allocates except
-//! [`Builder`] and [`rebuild`].
+//! [`Builder`], [`rebuild`] and [`rebuild_with`].
 //!
 //! # Layout
 //!
@@ -45,8 +45,9 @@
 //! Double hashing: `h = hash(id, seed)`, start slot and step from [`start_and_step`]
 //! (step in `1..capacity`, coprime with the prime capacity, so a probe sequence visits
 //! every slot once). A lookup reads slots along the sequence until it finds the id or
-//! an [`EMPTY`] slot, skipping [`DELETED`] ones, and gives up after `capacity` reads
-//! whatever the table holds.
+//! an [`EMPTY`] slot, skipping [`DELETED`] ones, and stops after [`MAX_PROBE`] reads
+//! (or `capacity`, if smaller) whatever the table holds: the format requires every
+//! stored id to sit within that many slots of the start of its sequence.
 //!
 //! # Using it
 //!
@@ -58,11 +59,11 @@
 //! - Read slot by slot (a cursor over slot positions): [`TableRef::slot`] and
 //!   [`TableRef::slots`].
 //! - Update in place: [`TableMut::insert`] / [`TableMut::remove`]; on [`Full`],
-//!   [`rebuild`] and retry.
+//!   [`rebuild_with`] the members and the new id (a rebuild always places it).
 //! - Id lists that are not tables (packed little-endian `u64`s): [`unpack`].
 //!
 //! ```
-//! use relcache_protocol::idset::{rebuild, validate, Builder, TableMut};
+//! use relcache_protocol::idset::{rebuild_with, validate, Builder, TableMut};
 //!
 //! let mut bytes = Builder::new().build(&[10, 20, 30, 0]);
 //! let table = validate(&bytes).unwrap();
@@ -73,10 +74,9 @@
 //! let added = match table.insert(40) {
 //!     Ok(added) => added,
 //!     Err(_full) => {
-//!         let mut bigger = rebuild(&table.as_table(), 1).unwrap();
-//!         let added = TableMut::open(&mut bigger).unwrap().insert(40).unwrap();
-//!         bytes = bigger;
-//!         added
+//!         // Full means 40 is absent; the rebuilt table holds it.
+//!         bytes = rebuild_with(&table.as_table(), &[40], 0).unwrap();
+//!         true
 //!     }
 //! };
 //! assert!(added);
@@ -90,7 +90,7 @@ mod prime;
 mod table;
 mod validate;
 
-pub use build::{capacity_for, rebuild, Builder, TooLarge};
+pub use build::{capacity_for, rebuild, rebuild_with, Builder, TooLarge};
 pub use hash::{fastrange, hash, mix, start_and_step};
 pub use packed::{unpack, Packed, RaggedPacked, PACKED_ID_LEN};
 pub use prime::{is_prime, next_prime};
@@ -150,13 +150,38 @@ pub const DEFAULT_SEED: u64 = 0x9E37_79B9_7F4A_7C15;
 /// in-place adds allowed up to [`inplace_limit`].
 pub const DEFAULT_MAX_LOAD: f64 = 0.75;
 
-/// Validation reads at most this many slots per slot of capacity, in total over all
-/// stored ids, and refuses a table that needs more (see [`FormatError::ProbeBudget`]).
+/// The longest lookup: every id stored in a slot sits within the first `MAX_PROBE`
+/// slots of its probe sequence, so a lookup that has read that many slots without
+/// meeting the id knows it is absent and stops. Any lookup in a valid table, of a
+/// member or not, reads at most `min(capacity, MAX_PROBE)` slots, however the table
+/// was laid out: a command's cost follows the ids it names, never a table's capacity.
 ///
-/// A well-built table needs about `ln(1 / (1 - load)) / load` reads per id (1.85 at
-/// load 0.75, 22 at the densest possible table of 2^32 slots), so only a table laid
-/// out on purpose to be slow hits this. It makes validation O(capacity) on any input.
-pub const PROBE_BUDGET_PER_SLOT: u64 = 64;
+/// Why 128: with double hashing an insert at load `a` needs more than 128 reads with
+/// probability about `a^128`: 1e-16 at the builder's 0.75, 1e-6 at the in-place limit
+/// of 0.9. Honest tables essentially never meet the bound; when an id would land past
+/// it, the builder tries another seed or a larger capacity ([`Builder`]) and an
+/// in-place insert returns [`Full`].
+pub const MAX_PROBE: u32 = 128;
+
+/// How many slots a lookup in a table of `capacity` slots reads at most.
+#[must_use]
+pub const fn probe_limit(capacity: u32) -> u32 {
+    if capacity < MAX_PROBE {
+        capacity
+    } else {
+        MAX_PROBE
+    }
+}
+
+/// What the builder adds to the seed (wrapping) when an id would land past
+/// [`MAX_PROBE`]: the 64-bit golden ratio, so successive seeds share no structure.
+pub const RESEED_STEP: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// Seeds the builder tries at one capacity before it moves to the next prime at least
+/// twice as large. Reseeding comes first because ids crafted to collide under one
+/// known seed do not collide under the next; growing first would let such ids force
+/// a table many times larger than its members need.
+pub const SEEDS_PER_CAPACITY: u32 = 4;
 
 /// How many slots may be in use (`count + deleted`) after an in-place insert into an
 /// empty slot: `capacity - ceil(capacity / 10)`, so at least a tenth of the slots (and
@@ -205,5 +230,9 @@ mod tests {
             assert!(inplace_limit(cap) < cap);
         }
         assert_eq!(table_len(MAX_CAPACITY), 32 + 8 * 4_294_967_291);
+        assert_eq!(probe_limit(2), 2);
+        assert_eq!(probe_limit(127), 127);
+        assert_eq!(probe_limit(131), MAX_PROBE);
+        assert_eq!(probe_limit(MAX_CAPACITY), MAX_PROBE);
     }
 }

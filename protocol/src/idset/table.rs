@@ -1,11 +1,13 @@
 //! Views over table bytes: [`Header`], the read-only [`TableRef`] and the in-place
 //! [`TableMut`]. They own nothing and allocate nothing.
 //!
-//! Every lookup here is bounded by `capacity` slot reads and every slot read is inside
-//! the slice (the header check ties the slice length to the capacity), so even bytes
-//! that were never validated cannot make these loop, panic or read out of bounds; they
-//! can only give wrong answers about themselves. Use [`validate`](super::validate) on
-//! bytes you did not build or validate yourself.
+//! Every lookup here reads at most [`probe_limit`]`(capacity)` slots
+//! ([`MAX_PROBE`](super::MAX_PROBE) for any table of more than 128 slots), and every
+//! slot read is inside the slice (the header check ties the slice length to the
+//! capacity), so even bytes that were never validated cannot make these loop, panic,
+//! read out of bounds or take longer than a valid table would; they can only give
+//! wrong answers about themselves. Use [`validate`](super::validate) on bytes you did
+//! not build or validate yourself.
 
 use std::fmt;
 use std::slice::ChunksExact;
@@ -13,9 +15,9 @@ use std::slice::ChunksExact;
 use super::hash::{hash, start_and_step};
 use super::validate::FormatError;
 use super::{
-    inplace_limit, table_len, DELETED, EMPTY, FLAGS_KNOWN, FLAG_HAS_MAX, FLAG_HAS_ZERO, HEADER_LEN,
-    MAGIC, MAX_CAPACITY, MIN_CAPACITY, OFF_CAPACITY, OFF_COUNT, OFF_DELETED, OFF_FLAGS, OFF_MAGIC,
-    OFF_RESERVED, OFF_SEED, OFF_VERSION, SLOT_LEN, VERSION,
+    inplace_limit, probe_limit, table_len, DELETED, EMPTY, FLAGS_KNOWN, FLAG_HAS_MAX,
+    FLAG_HAS_ZERO, HEADER_LEN, MAGIC, MAX_CAPACITY, MIN_CAPACITY, OFF_CAPACITY, OFF_COUNT,
+    OFF_DELETED, OFF_FLAGS, OFF_MAGIC, OFF_RESERVED, OFF_SEED, OFF_VERSION, SLOT_LEN, VERSION,
 };
 
 #[inline]
@@ -86,8 +88,8 @@ fn slot_id(v: u64) -> Option<u64> {
     (v != EMPTY && v != DELETED).then_some(v)
 }
 
-/// The probe sequence of `id`: at most `capacity` slot indices. Indices are `u64` so
-/// `slot + step` cannot overflow for any `u32` capacity.
+/// The probe sequence of `id`; callers walk at most [`probe_limit`]`(capacity)` of
+/// it. Indices are `u64` so `slot + step` cannot overflow for any `u32` capacity.
 #[derive(Clone, Copy)]
 pub(crate) struct Probe {
     slot: u64,
@@ -125,8 +127,9 @@ enum Lookup {
     /// The id is in this slot.
     Found(u64),
     /// The id is absent. `reuse` is the first [`DELETED`] slot on its probe path, `empty`
-    /// the [`EMPTY`] slot that ended the lookup (`None` only in a table with no empty
-    /// slot, which validation refuses).
+    /// the [`EMPTY`] slot that ended the lookup (`None` when the lookup read
+    /// [`probe_limit`] slots without meeting one: the id's free slot would lie past the
+    /// bound).
     Absent {
         reuse: Option<u64>,
         empty: Option<u64>,
@@ -134,12 +137,12 @@ enum Lookup {
 }
 
 /// A lookup of a slot id (not 0 or `u64::MAX`): until the id, an empty slot, or
-/// `capacity` reads.
+/// [`probe_limit`] reads, past which a valid table holds no id of that sequence.
 #[inline]
 fn lookup(bytes: &[u8], capacity: u32, seed: u64, id: u64) -> Lookup {
     let mut probe = Probe::new(id, seed, capacity);
     let mut reuse = None;
-    for _ in 0..capacity {
+    for _ in 0..probe_limit(capacity) {
         let v = read_slot(bytes, probe.slot());
         if v == id {
             return Lookup::Found(probe.slot());
@@ -162,7 +165,7 @@ fn lookup(bytes: &[u8], capacity: u32, seed: u64, id: u64) -> Lookup {
 #[inline]
 fn contains_in_slots(bytes: &[u8], capacity: u32, seed: u64, id: u64) -> bool {
     let mut probe = Probe::new(id, seed, capacity);
-    for _ in 0..capacity {
+    for _ in 0..probe_limit(capacity) {
         let v = read_slot(bytes, probe.slot());
         if v == id {
             return true;
@@ -320,7 +323,7 @@ impl<'a> TableRef<'a> {
         Ok(Self { bytes, header })
     }
 
-    /// Whether `id` is a member. Reads at most `capacity` slots.
+    /// Whether `id` is a member. Reads at most [`probe_limit`]`(capacity)` slots.
     #[inline]
     #[must_use]
     pub fn contains(&self, id: u64) -> bool {
@@ -381,8 +384,10 @@ impl<'a> TableRef<'a> {
     }
 
     /// How many more ids can be inserted into empty slots before
-    /// [`TableMut::insert`] returns [`Full`] (see [`inplace_limit`]). Inserts that
-    /// reuse a deleted slot do not use this room.
+    /// [`TableMut::insert`] returns [`Full`] for want of room (see [`inplace_limit`]).
+    /// Inserts that reuse a deleted slot do not use this room. An insert may also
+    /// return `Full`, rarely, while there is room: when the id's free slot would lie
+    /// past [`MAX_PROBE`](super::MAX_PROBE).
     #[must_use]
     pub fn room_in_place(&self) -> u32 {
         let used = self.header.count.saturating_add(self.header.deleted);
@@ -521,8 +526,9 @@ impl fmt::Debug for Iter<'_> {
     }
 }
 
-/// The table has no room for another id in place; rebuild it larger with
-/// [`rebuild`](super::rebuild) and insert into the new table.
+/// The table has no room in place for the id being inserted, which is absent: the
+/// table is at its in-place limit, or the id's free slot would lie past
+/// [`MAX_PROBE`](super::MAX_PROBE). Rebuild it with the id ([`rebuild_with`](super::rebuild_with)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("idset table is full; rebuild it with more capacity")]
 pub struct Full;
@@ -589,14 +595,16 @@ impl<'a> TableMut<'a> {
     /// Adds `id`. Returns whether it was newly added (`Ok(false)`: already a member).
     ///
     /// The id goes into the first [`DELETED`] slot on its probe path if there is one
-    /// (only after the lookup has reached an [`EMPTY`] slot without finding the id),
-    /// otherwise into that empty slot. Ids 0 and `u64::MAX` only set a header flag.
+    /// (only after the lookup has reached an [`EMPTY`] slot, or read
+    /// [`MAX_PROBE`](super::MAX_PROBE) slots, without finding the id), otherwise into
+    /// that empty slot. Ids 0 and `u64::MAX` only set a header flag.
     ///
     /// # Errors
     ///
-    /// [`Full`] if the id is absent, no deleted slot is on its path, and taking an
-    /// empty slot would make `count + deleted` exceed [`inplace_limit`]`(capacity)`.
-    /// The table is unchanged then.
+    /// [`Full`] if the id is absent, no deleted slot is within the first
+    /// [`probe_limit`] slots of its path, and either no empty slot is either (the id
+    /// would sit past the bound) or taking it would make `count + deleted` exceed
+    /// [`inplace_limit`]`(capacity)`. The table is unchanged then.
     pub fn insert(&mut self, id: u64) -> Result<bool, Full> {
         if let Some(bit) = flag_for(id) {
             let flags = self.flags();

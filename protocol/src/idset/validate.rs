@@ -4,7 +4,9 @@
 
 use super::prime::is_prime;
 use super::table::{read_slot, Probe, TableMut, TableRef, Words};
-use super::{DELETED, EMPTY, HEADER_LEN, MAGIC, MAX_CAPACITY, MIN_CAPACITY, PROBE_BUDGET_PER_SLOT};
+use super::{
+    probe_limit, DELETED, EMPTY, HEADER_LEN, MAGIC, MAX_CAPACITY, MAX_PROBE, MIN_CAPACITY,
+};
 
 /// Why bytes are not a valid table. The `Display` text is meant for clients.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -96,15 +98,17 @@ pub enum FormatError {
         /// The other slot.
         second: u32,
     },
-    /// Lookups of the stored ids together read more than
-    /// [`PROBE_BUDGET_PER_SLOT`]` * capacity` slots.
+    /// A lookup for the id reads [`MAX_PROBE`] slots, meeting neither it nor an empty
+    /// slot: the id sits past the longest lookup the format allows.
     #[error(
-        "lookups of the stored ids read more than {budget} slots (64 per slot of capacity); \
-         rebuild the table with a lower load or another seed"
+        "id {id} at slot {slot} is not within the first {MAX_PROBE} slots of its probe \
+         sequence; rebuild the table with a lower load or another seed"
     )]
-    ProbeBudget {
-        /// `PROBE_BUDGET_PER_SLOT * capacity`.
-        budget: u64,
+    PastProbeBound {
+        /// The id.
+        id: u64,
+        /// The slot it is in.
+        slot: u32,
     },
 }
 
@@ -120,11 +124,16 @@ pub fn looks_like_table(bytes: &[u8]) -> bool {
 /// Checks, in order: the header ([`Header::parse`](super::Header::parse): magic,
 /// version, flag bits, reserved field, capacity range, length), that the capacity is
 /// prime, that the header's count and deleted count match the slots, that at least one
-/// slot is empty, and that a lookup of every stored id ends at the id's own slot
-/// (which proves it reachable and rules out duplicates), within a total of
-/// [`PROBE_BUDGET_PER_SLOT`]` * capacity` slot reads.
+/// slot is empty, and that a lookup of every stored id, which reads at most
+/// [`MAX_PROBE`] slots, ends at the id's own slot (which proves it reachable within
+/// the bound and rules out duplicates).
 ///
-/// Runs in O(capacity) time on any input, allocates nothing, and never panics.
+/// Runs in O(capacity) time on any input (at most `MAX_PROBE` reads per stored id),
+/// allocates nothing, and never panics. The constant matters for a table laid out
+/// with every id at the bound: measured on an 80 MB table (10M slots, 6.3M ids each
+/// 128 slots into its sequence), 15 s, against 0.55 s for a built table of 7.5M ids
+/// in the same capacity. (The total budget this replaced, 64 reads per slot of
+/// capacity, allowed about 12 s there.)
 ///
 /// # Errors
 ///
@@ -158,8 +167,6 @@ pub fn validate(bytes: &[u8]) -> Result<TableRef<'_>, FormatError> {
         return Err(FormatError::NoEmptySlot);
     }
 
-    let budget = PROBE_BUDGET_PER_SLOT * u64::from(cap);
-    let mut reads = 0u64;
     let seed = table.seed();
     for i in 0..u64::from(cap) {
         let id = read_slot(bytes, i);
@@ -168,43 +175,35 @@ pub fn validate(bytes: &[u8]) -> Result<TableRef<'_>, FormatError> {
         }
         let mut probe = Probe::new(id, seed, cap);
         // Most ids sit at the start of their sequence: then the lookup's one read
-        // would be slot `i` itself, which we just read, so skip the random access
-        // (the budget still counts the read).
+        // would be slot `i` itself, which we just read, so skip the random access.
         if probe.slot() == i {
-            reads += 1;
-            if reads > budget {
-                return Err(FormatError::ProbeBudget { budget });
-            }
             continue;
         }
-        let mut found = false;
-        // A prime capacity makes the sequence visit every slot, so it meets `i` or an
-        // empty slot within `cap` reads; the bound is for the reader's peace of mind.
-        for _ in 0..cap {
-            reads += 1;
-            if reads > budget {
-                return Err(FormatError::ProbeBudget { budget });
-            }
+        let slot = i as u32;
+        // Below MAX_PROBE slots the walk covers the whole sequence, which for a prime
+        // capacity is every slot, so only a larger table can end it unresolved.
+        let mut outcome = Err(FormatError::PastProbeBound { id, slot });
+        for _ in 0..probe_limit(cap) {
             let v = read_slot(bytes, probe.slot());
             if v == id {
-                if probe.slot() != i {
-                    return Err(FormatError::Duplicate {
+                outcome = if probe.slot() == i {
+                    Ok(())
+                } else {
+                    Err(FormatError::Duplicate {
                         id,
                         first: probe.slot() as u32,
-                        second: i as u32,
-                    });
-                }
-                found = true;
+                        second: slot,
+                    })
+                };
                 break;
             }
             if v == EMPTY {
+                outcome = Err(FormatError::Unreachable { id, slot });
                 break;
             }
             probe.advance();
         }
-        if !found {
-            return Err(FormatError::Unreachable { id, slot: i as u32 });
-        }
+        outcome?;
     }
     Ok(table)
 }

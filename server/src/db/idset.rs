@@ -6,9 +6,10 @@
 //! count instead of a copy; an update takes the buffer back as mutable when no reply
 //! still holds it (the common case) and copies it only when one does.
 //!
-//! Growth: when an insert finds the table full (see the format's in-place limit),
-//! the table is rebuilt with room for the rest of the batch plus its current size,
-//! so a long run of adds costs amortized O(1) each. Callers that must not hold a
+//! Growth: when an insert finds the table full (the format's in-place limit, or,
+//! rarely, an id whose free slot lies past the probe bound), the table is rebuilt
+//! with that id and room for the rest of the batch plus its current size, so a long
+//! run of adds costs amortized O(1) each. Callers that must not hold a
 //! shard lock during a rebuild use [`IdSet::plan_rebuild`] first (see `add` in
 //! `cmd/setcore.rs`, the write path both set families share).
 //!
@@ -17,7 +18,7 @@
 //! [`db::Error`](super::Error).
 
 use bytes::{Bytes, BytesMut};
-use relcache_protocol::idset::{rebuild, validate, Builder, TableMut, TableRef};
+use relcache_protocol::idset::{rebuild, rebuild_with, validate, Builder, TableMut, TableRef};
 
 use super::Error;
 use crate::stats::Gauge;
@@ -292,10 +293,15 @@ impl IdSet {
                     i += 1;
                 }
                 Err(_full) => {
-                    let reserve = (ids.len() - i).max(table.len() as usize);
-                    let bigger = rebuild(&table.as_table(), reserve)
+                    // `Full` means the id is absent. Rebuilding with it, rather than
+                    // inserting into a rebuild, always makes progress: an id laid out
+                    // to collide past the probe bound could be refused again.
+                    let reserve = (ids.len() - i - 1).max(table.len() as usize);
+                    let bigger = rebuild_with(&table.as_table(), &ids[i..=i], reserve)
                         .expect("table size within format limits");
                     buf = BytesMut::from(&bigger[..]);
+                    added += 1;
+                    i += 1;
                 }
             }
         }
