@@ -229,10 +229,9 @@ fn a_client_that_never_reads_is_held_back_then_disconnected() {
         "used_memory grew by {} MB",
         (peak - before) >> 20
     );
-    assert!(
-        s.log().contains("output buffer limits"),
-        "the reason is in the log"
-    );
+    s.wait_log("the reason is in the log", |l| {
+        l.contains("output buffer limits")
+    });
 }
 
 /// Sends one request over RESP3 and returns its reply.

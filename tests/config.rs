@@ -186,18 +186,6 @@ fn tcp_keepalive_is_set_on_accepted_sockets() {
 }
 
 /// Polls the server's log until `pred` holds.
-fn wait_log(srv: &TestServer, what: &str, pred: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let log = srv.log();
-        if pred(&log) {
-            return log;
-        }
-        assert!(Instant::now() < deadline, "{what}; log:\n{log}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Sends a malformed frame; the server logs the protocol error at debug level
 /// before it closes the connection, so once the close is seen the line is written.
 fn protocol_error(port: u16) {
@@ -230,7 +218,7 @@ fn config_set_loglevel_changes_what_is_logged() {
     config_set(&mut con, "loglevel", "debug").unwrap();
     assert_eq!(config_get(&mut con, "loglevel"), "debug");
     protocol_error(srv.port);
-    wait_log(&srv, "debug is logged at loglevel debug", |l| {
+    srv.wait_log("debug is logged at loglevel debug", |l| {
         count(l, DEBUG_LINE) == 1
     });
 
@@ -247,7 +235,7 @@ fn config_set_loglevel_changes_what_is_logged() {
     config_set(&mut con, "loglevel", "notice").unwrap();
     protocol_error(srv.port);
     rewrite(&mut con);
-    let log = wait_log(&srv, "info is logged at loglevel notice", |l| {
+    let log = srv.wait_log("info is logged at loglevel notice", |l| {
         count(l, INFO_LINE) >= 1
     });
     assert_eq!(count(&log, INFO_LINE), 1, "{log}");

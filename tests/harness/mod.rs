@@ -187,6 +187,20 @@ impl TestServer {
         self.log.lock().unwrap().clone()
     }
 
+    /// Waits (up to 10 s) until the log satisfies `pred`, and returns it: a line
+    /// the server writes as it acts reaches the reader thread a moment later.
+    pub fn wait_log(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.log();
+            if pred(&log) {
+                return log;
+            }
+            assert!(Instant::now() < deadline, "{what}; log:\n{log}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Whether the process is still running.
     pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
