@@ -20,6 +20,7 @@ mod listen;
 mod longdouble;
 mod observe;
 mod offload;
+mod script;
 mod server;
 mod session;
 mod stats;

@@ -25,6 +25,7 @@ mod latency;
 mod lease;
 mod memory;
 mod monitor;
+mod scripting;
 mod server;
 mod setcore;
 mod sets;
@@ -49,7 +50,7 @@ use crate::session::Session;
 pub use spec::{CommandSpec, Keys};
 
 /// Every top-level command family's table.
-fn families() -> [&'static [CommandSpec]; 16] {
+fn families() -> [&'static [CommandSpec]; 17] {
     [
         config::COMMANDS,
         connection::COMMANDS,
@@ -62,6 +63,7 @@ fn families() -> [&'static [CommandSpec]; 16] {
         lease::COMMANDS,
         memory::COMMANDS,
         monitor::COMMANDS,
+        scripting::COMMANDS,
         server::COMMANDS,
         sets::COMMANDS,
         slowlog::COMMANDS,
@@ -358,6 +360,10 @@ fn execute(
         }
         return Outcome::Reply(CmdError::NoAuth.to_frame());
     }
+    if !spec.has(spec::ALLOW_BUSY) && busy_script(server, session, spec, args) {
+        server.cmdstats[id].rejected_calls.incr();
+        return Outcome::Reply(CmdError::Busy.to_frame());
+    }
     if let Some(m) = &mut session.multi {
         if spec.has(spec::NO_MULTI) {
             m.failed = true;
@@ -387,6 +393,21 @@ fn execute(
         return Outcome::Reply(e.to_frame());
     }
     run(server, session, id, spec, args, None, resumed)
+}
+
+/// Whether a script of another client has run past `busy-reply-threshold` while
+/// holding a shard this command needs (see `scripting`): answered BUSY rather
+/// than left waiting for the lock.
+fn busy_script(server: &Server, session: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
+    let threshold = server.config.busy_reply_threshold.load(std::sync::atomic::Ordering::Relaxed);
+    let shards: Option<Vec<usize>> = spec
+        .key_indices(args)
+        .map(|idx| idx.iter().map(|&i| server.db.shard_index(&args[i])).collect());
+    server.scripts.busy(
+        session.id(),
+        shards.as_deref(),
+        std::time::Duration::from_millis(threshold),
+    )
 }
 
 /// Finds the command (and subcommand) for `args` and checks its arity.
