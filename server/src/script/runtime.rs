@@ -21,7 +21,7 @@ use mlua::{Function, HookTriggers, Lua, MultiValue, Table, Value, VmState};
 use relcache_protocol::resp::Frame;
 
 use super::convert::{frame_to_lua, lua_to_frame, Resp};
-use super::sandbox::{new_state, State};
+use super::sandbox::{error_table, new_state, CallError, State};
 use super::{Running, Script, Scripts};
 
 /// How often (in Lua instructions) a running script checks whether it was killed.
@@ -105,16 +105,11 @@ pub fn compile(scripts: &Scripts, script: &Script) -> Result<(), String> {
 
 /// Runs a script to its reply.
 pub fn run(scripts: &Scripts, inv: Invocation<'_>, dispatch: &mut Dispatch<'_>) -> Frame {
-    let sha = inv.script.sha.clone();
-    let running = inv.running.clone();
-    let reply = with_runtime(scripts, |rt| {
+    with_runtime(scripts, |rt| {
         let f = rt.function(inv.script)?;
         run_in(&rt.state, f, &inv, dispatch).map_err(|e| format!("ERR {e}"))
-    });
-    if running.killed.load(Relaxed) {
-        return Frame::error(format!("{KILLED} script: {sha}"));
-    }
-    reply.unwrap_or_else(Frame::error)
+    })
+    .unwrap_or_else(Frame::error)
 }
 
 fn run_in(
@@ -139,33 +134,40 @@ fn run_in(
         },
     );
     let private = &state.private;
+    let dispatch = RefCell::new(dispatch);
     let result = lua.scope(|scope| {
-        let call = scope.create_function_mut(|lua, (raise, args): (bool, MultiValue)| {
-            let resp = resp_of(private);
-            let frame = match command_args(lua, args) {
-                Ok(args) => dispatch(&args, resp),
-                Err(text) => Frame::error(text),
-            };
-            match frame {
-                Frame::Error(text) => {
-                    let t = lua.create_table()?;
-                    t.raw_set("err", lua.create_string(&text)?)?;
-                    Ok((Value::Table(t), raise))
+        // Rust functions, not Lua wrappers: `return redis.call(…)` is a tail call,
+        // and only a C function keeps the script's frame (and so its line number)
+        // on the stack.
+        for (name, raise) in [("call", true), ("pcall", false)] {
+            let dispatch = &dispatch;
+            let f = scope.create_function(move |lua, args: MultiValue| {
+                let resp = resp_of(private);
+                let frame = match command_args(lua, args) {
+                    Ok(args) => (*dispatch.borrow_mut())(&args, resp),
+                    Err(text) => Frame::error(text),
+                };
+                match frame {
+                    Frame::Error(text) if raise => Err(mlua::Error::external(CallError(
+                        String::from_utf8_lossy(&text).into_owned(),
+                    ))),
+                    frame => frame_to_lua(lua, frame, resp),
                 }
-                frame => Ok((frame_to_lua(lua, frame, resp)?, false)),
-            }
-        })?;
-        private.raw_set("dispatch", call)?;
+            })?;
+            state.redis.raw_set(name, f)?;
+        }
         let handler = scope.create_function(on_error)?;
         let out: MultiValue = state.xpcall.call((f, handler))?;
-        private.raw_set("dispatch", Value::Nil)?;
+        state.redis.raw_set("call", Value::Nil)?;
+        state.redis.raw_set("pcall", Value::Nil)?;
         let mut out = out.into_iter();
         let ok = matches!(out.next(), Some(Value::Boolean(true)));
         let value = out.next().unwrap_or(Value::Nil);
         Ok(if ok {
             lua_to_frame(&value, resp_of(private))
         } else {
-            script_error(&value, &inv.script.sha)
+            let killed = inv.running.killed.load(Relaxed);
+            script_error(&value, &inv.script.sha, killed)
         })
     });
     lua.remove_hook();
@@ -208,7 +210,7 @@ fn command_args(lua: &Lua, args: MultiValue) -> Result<Vec<Bytes>, String> {
 /// The message handler: any error becomes `{err=…, source=…, line=…}`, the line
 /// being the innermost one of the script's own code.
 fn on_error(lua: &Lua, err: Value) -> mlua::Result<Table> {
-    let t = match err {
+    let t = match error_table(lua, err)? {
         Value::Table(t) => t,
         other => {
             let msg = match other {
@@ -239,11 +241,13 @@ fn on_error(lua: &Lua, err: Value) -> mlua::Result<Table> {
 }
 
 /// Redis's reply for a script that raised an error.
-fn script_error(err: &Value, sha: &str) -> Frame {
+/// A killed script gets SCRIPT KILL's text whatever error the hook surfaced as.
+fn script_error(err: &Value, sha: &str, killed: bool) -> Frame {
     let Value::Table(t) = err else {
         return Frame::error(format!("ERR Error running script script: {sha}"));
     };
     let msg = match t.raw_get::<Value>("err") {
+        _ if killed => KILLED.to_string(),
         Ok(Value::String(s)) => s.to_string_lossy(),
         _ => "ERR unknown error".into(),
     };

@@ -14,11 +14,14 @@ use mlua::{Function, Lua, LuaOptions, StdLib, Table, Value};
 
 use super::libs;
 
-/// Runs once per Lua state. `...` is the real `redis` table, the runtime's
-/// private table (`dispatch`, `resp`), and the `cjson` and `bit` tables.
+/// Runs once per Lua state. `...` is the real `redis` table (the runtime sets
+/// `call` and `pcall` in it for each run), the runtime's private table (`resp`),
+/// the `cjson` and `bit` tables, and the function that turns a failed
+/// `redis.call` caught by `pcall` into its error text (as Redis 7 hands it).
 const PRELUDE: &str = r#"
-local redis, private, cjson, bit = ...
+local redis, private, cjson, bit, error_text = ...
 local pairs, ipairs, error, type, tostring = pairs, ipairs, error, type, tostring
+local pcall = pcall
 local rawset, setmetatable, getmetatable = rawset, setmetatable, getmetatable
 local G = _G
 local hidden = {}
@@ -37,14 +40,13 @@ local function protect(t)
   return setmetatable(p, {__index = t, __newindex = refuse, __metatable = false})
 end
 
-redis.call = function(...)
-  local v, failed = private.dispatch(true, ...)
-  if failed then error(v, 0) end
-  return v
+-- A script's `pcall(redis.call, …)` catches the failed command's error text,
+-- as in Redis.
+local function caught(ok, ...)
+  if ok then return ok, ... end
+  return false, error_text((...))
 end
-redis.pcall = function(...)
-  return (private.dispatch(false, ...))
-end
+hidden.pcall = function(f, ...) return caught(pcall(f, ...)) end
 redis.setresp = function(n)
   if n ~= 2 and n ~= 3 then error({err = 'ERR RESP version must be 2 or 3.'}, 0) end
   private.resp = n
@@ -98,7 +100,9 @@ pub(super) struct State {
     pub lua: Lua,
     /// The hidden global table (`KEYS` and `ARGV` are set here for each run).
     pub globals: Table,
-    /// The runtime's private table: `dispatch` (set for each run) and `resp`.
+    /// The real `redis` table, where each run sets `call` and `pcall`.
+    pub redis: Table,
+    /// The runtime's private table: `resp`, the protocol `redis.setresp` chose.
     pub private: Table,
     pub xpcall: Function,
 }
@@ -121,13 +125,64 @@ pub(super) fn new_state() -> mlua::Result<State> {
     let (globals, xpcall): (Table, Function) = lua
         .load(PRELUDE)
         .set_name("=relcache")
-        .call((redis, private.clone(), libs::cjson(&lua)?, libs::bit(&lua)?))?;
+        .call((
+            redis.clone(),
+            private.clone(),
+            libs::cjson(&lua)?,
+            libs::bit(&lua)?,
+            lua.create_function(|lua, e: Value| {
+                Ok(match &e {
+                    Value::Error(err) => match call_error(err) {
+                        Some(text) => Value::String(lua.create_string(text)?),
+                        None => e,
+                    },
+                    _ => e,
+                })
+            })?,
+        ))?;
     Ok(State {
         lua,
         globals,
+        redis,
         private,
         xpcall,
     })
+}
+
+/// The error `redis.call` raises for a failed command: its reply's text. Raised
+/// from Rust (so the script's frame stays on the stack for the line number), it
+/// reaches Lua as an opaque error value, which [`error_table`] turns back into
+/// Redis's `{err=…}`.
+#[derive(Debug)]
+pub(super) struct CallError(pub String);
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CallError {}
+
+/// The text of a [`CallError`] inside an mlua error, if that is what it is.
+pub(super) fn call_error(e: &mlua::Error) -> Option<&str> {
+    match e {
+        mlua::Error::CallbackError { cause, .. } => call_error(cause),
+        mlua::Error::ExternalError(inner) => inner.downcast_ref::<CallError>().map(|c| &c.0[..]),
+        _ => None,
+    }
+}
+
+/// A failed `redis.call` as `{err=…}`; any other error value unchanged.
+pub(super) fn error_table(lua: &Lua, e: Value) -> mlua::Result<Value> {
+    if let Value::Error(err) = &e {
+        if let Some(text) = call_error(err) {
+            let t = lua.create_table()?;
+            t.raw_set("err", text)?;
+            return Ok(Value::Table(t));
+        }
+    }
+    Ok(e)
 }
 
 /// `7.2.4` as Redis's `0x070204`.
