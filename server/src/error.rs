@@ -33,7 +33,9 @@ pub enum CmdError {
     NoAuth,
     #[error("OOM command not allowed when used memory > 'maxmemory'.")]
     Oom,
-    #[error("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.")]
+    #[error(
+        "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+    )]
     Busy,
     /// `ERR <message>`.
     #[error("ERR {0}")]

@@ -396,18 +396,38 @@ fn execute(
 }
 
 /// Whether a script of another client has run past `busy-reply-threshold` while
-/// holding a shard this command needs (see `scripting`): answered BUSY rather
-/// than left waiting for the lock.
+/// holding a shard this command needs (see `scripting`): answered BUSY, as Redis
+/// does. Until then the command waits for the script, polling rather than
+/// blocking on the shard lock, so that it can still be answered BUSY.
 fn busy_script(server: &Server, session: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
-    let threshold = server.config.busy_reply_threshold.load(std::sync::atomic::Ordering::Relaxed);
-    let shards: Option<Vec<usize>> = spec
-        .key_indices(args)
-        .map(|idx| idx.iter().map(|&i| server.db.shard_index(&args[i])).collect());
-    server.scripts.busy(
-        session.id(),
-        shards.as_deref(),
-        std::time::Duration::from_millis(threshold),
-    )
+    use crate::script::Holder;
+    if server
+        .scripts
+        .holder(session.id(), None, std::time::Duration::MAX)
+        == Holder::Free
+    {
+        return false;
+    }
+    let shards: Option<Vec<usize>> = spec.key_indices(args).map(|idx| {
+        idx.iter()
+            .map(|&i| server.db.shard_index(&args[i]))
+            .collect()
+    });
+    loop {
+        let ms = server
+            .config
+            .busy_reply_threshold
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let threshold = std::time::Duration::from_millis(ms);
+        match server
+            .scripts
+            .holder(session.id(), shards.as_deref(), threshold)
+        {
+            Holder::Free => return false,
+            Holder::Busy => return true,
+            Holder::Running => std::thread::sleep(std::time::Duration::from_millis(1)),
+        }
+    }
 }
 
 /// Finds the command (and subcommand) for `args` and checks its arity.

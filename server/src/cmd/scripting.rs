@@ -282,7 +282,9 @@ fn call<'a>(
         Err(CmdError::WrongArity(_)) => {
             return Frame::error("ERR Wrong number of args calling Redis command from script")
         }
-        Err(CmdError::UnknownSubcommand { .. }) | Err(_) if registry().command(&args[0]).is_none() => {
+        Err(CmdError::UnknownSubcommand { .. }) | Err(_)
+            if registry().command(&args[0]).is_none() =>
+        {
             return Frame::error("ERR Unknown Redis command called from script")
         }
         Err(e) => return e.to_frame(),
@@ -356,11 +358,7 @@ fn script_flush(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     match &args[2..] {
         [] => {}
         [mode] if eq_ic(mode, "ASYNC") || eq_ic(mode, "SYNC") => {}
-        _ => {
-            return Err(CmdError::err(
-                "SCRIPT FLUSH only support SYNC|ASYNC option",
-            ))
-        }
+        _ => return Err(CmdError::err("SCRIPT FLUSH only support SYNC|ASYNC option")),
     }
     // Both modes free at once: the cache is small next to the keyspace.
     ctx.server.scripts.flush();
@@ -396,6 +394,9 @@ fn script_help(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
         "    Prints this help.",
     ];
     Ok(Frame::Array(
-        lines.iter().map(|l| Frame::Simple(Bytes::from_static(l.as_bytes()))).collect(),
+        lines
+            .iter()
+            .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
+            .collect(),
     ))
 }

@@ -156,7 +156,8 @@ fn table_to_frame(t: &Table, resp: Resp) -> Frame {
         return Frame::Set(items);
     }
     if let Ok(Value::Table(v)) = t.raw_get::<Value>("verbatim_string") {
-        if let (Some(format), Some(text)) = (string_field(&v, "format"), string_field(&v, "string")) {
+        if let (Some(format), Some(text)) = (string_field(&v, "format"), string_field(&v, "string"))
+        {
             if let Ok(format) = <[u8; 3]>::try_from(&format[..]) {
                 return Frame::Verbatim { format, text };
             }

@@ -2,7 +2,7 @@
 //! through serde_json) and `bit` (LuaBitOp's 32-bit operations). `struct` and
 //! `cmsgpack` are not there (the README says so).
 
-use mlua::{Lua, LightUserData, Table, Value};
+use mlua::{LightUserData, Lua, Table, Value};
 use serde_json::Value as Json;
 
 /// `cjson.encode`, `cjson.decode`, `cjson.null`.
@@ -19,8 +19,9 @@ pub(super) fn cjson(lua: &Lua) -> mlua::Result<Table> {
     t.raw_set(
         "decode",
         lua.create_function(|lua, s: mlua::String| {
-            let json: Json = serde_json::from_slice(&s.as_bytes())
-                .map_err(|e| mlua::Error::runtime(format!("Expected value but found invalid token: {e}")))?;
+            let json: Json = serde_json::from_slice(&s.as_bytes()).map_err(|e| {
+                mlua::Error::runtime(format!("Expected value but found invalid token: {e}"))
+            })?;
             from_json(lua, json)
         })?,
     )?;
@@ -46,7 +47,9 @@ fn to_json(v: &Value, depth: usize) -> mlua::Result<Json> {
         Value::Number(n) if n.fract() == 0.0 && n.abs() < 1e15 => Json::from(*n as i64),
         Value::Number(n) => serde_json::Number::from_f64(*n)
             .map(Json::Number)
-            .ok_or_else(|| mlua::Error::runtime("Cannot serialise number: must not be NaN or Inf"))?,
+            .ok_or_else(|| {
+                mlua::Error::runtime("Cannot serialise number: must not be NaN or Inf")
+            })?,
         Value::String(s) => Json::String(s.to_string_lossy()),
         Value::Table(t) => {
             // An array when its keys are exactly 1..n (n > 0); otherwise an object.
@@ -119,9 +122,9 @@ pub(super) fn bit(lua: &Lua) -> mlua::Result<Table> {
     let fold = |f: fn(i32, i32) -> i32| {
         move |_: &Lua, args: mlua::Variadic<f64>| {
             let mut it = args.iter().map(|&n| tobit(n));
-            let first = it
-                .next()
-                .ok_or_else(|| mlua::Error::runtime("bad argument #1 (number expected, got no value)"))?;
+            let first = it.next().ok_or_else(|| {
+                mlua::Error::runtime("bad argument #1 (number expected, got no value)")
+            })?;
             Ok(it.fold(first, f))
         }
     };
@@ -133,19 +136,38 @@ pub(super) fn bit(lua: &Lua) -> mlua::Result<Table> {
     let shift = |f: fn(i32, u32) -> i32| {
         move |_: &Lua, (n, by): (f64, f64)| Ok(f(tobit(n), (tobit(by) & 31) as u32))
     };
-    t.raw_set("lshift", lua.create_function(shift(|a, s| ((a as u32) << s) as i32))?)?;
-    t.raw_set("rshift", lua.create_function(shift(|a, s| ((a as u32) >> s) as i32))?)?;
+    t.raw_set(
+        "lshift",
+        lua.create_function(shift(|a, s| ((a as u32) << s) as i32))?,
+    )?;
+    t.raw_set(
+        "rshift",
+        lua.create_function(shift(|a, s| ((a as u32) >> s) as i32))?,
+    )?;
     t.raw_set("arshift", lua.create_function(shift(|a, s| a >> s))?)?;
-    t.raw_set("rol", lua.create_function(shift(|a, s| (a as u32).rotate_left(s) as i32))?)?;
-    t.raw_set("ror", lua.create_function(shift(|a, s| (a as u32).rotate_right(s) as i32))?)?;
-    t.raw_set("bswap", lua.create_function(|_, n: f64| Ok(tobit(n).swap_bytes()))?)?;
+    t.raw_set(
+        "rol",
+        lua.create_function(shift(|a, s| (a as u32).rotate_left(s) as i32))?,
+    )?;
+    t.raw_set(
+        "ror",
+        lua.create_function(shift(|a, s| (a as u32).rotate_right(s) as i32))?,
+    )?;
+    t.raw_set(
+        "bswap",
+        lua.create_function(|_, n: f64| Ok(tobit(n).swap_bytes()))?,
+    )?;
     t.raw_set(
         "tohex",
         lua.create_function(|_, (n, digits): (f64, Option<f64>)| {
             let v = tobit(n) as u32;
             let d = digits.map(|d| d as i32).unwrap_or(8);
             let width = d.unsigned_abs().clamp(1, 8) as usize;
-            let masked = if width == 8 { v } else { v & ((1u32 << (4 * width)) - 1) };
+            let masked = if width == 8 {
+                v
+            } else {
+                v & ((1u32 << (4 * width)) - 1)
+            };
             Ok(if d < 0 {
                 format!("{masked:0width$X}")
             } else {

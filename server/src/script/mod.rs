@@ -121,6 +121,17 @@ pub struct Running {
     pub wrote: AtomicBool,
 }
 
+/// Whether a command may run while scripts hold shards.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Holder {
+    /// No other client's script holds a shard it needs.
+    Free,
+    /// One does, and has not yet run past the threshold: the command waits.
+    Running,
+    /// One does and has run past the threshold: the command is answered BUSY.
+    Busy,
+}
+
 /// What SCRIPT KILL found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Kill {
@@ -188,21 +199,28 @@ impl Scripts {
         self.active.store(running.len(), Relaxed);
     }
 
-    /// Whether a command of `client` touching `shards` (`None`: every shard) must
-    /// be answered BUSY: a script of another client has run past `threshold` and
-    /// holds one of those shards.
-    pub fn busy(&self, client: u64, shards: Option<&[usize]>, threshold: Duration) -> bool {
+    /// Whether a command of `client` touching `shards` (`None`: every shard) may
+    /// run, given the scripts of other clients holding those shards.
+    pub fn holder(&self, client: u64, shards: Option<&[usize]>, threshold: Duration) -> Holder {
         if self.active.load(Relaxed) == 0 {
-            return false;
+            return Holder::Free;
         }
-        self.running.lock().iter().any(|r| {
+        let running = self.running.lock();
+        let mut holders = running.iter().filter(|r| {
             r.client != client
-                && r.started.elapsed() >= threshold
                 && match (&r.shards, shards) {
                     (None, _) | (_, None) => true,
                     (Some(held), Some(wanted)) => wanted.iter().any(|s| held.contains(s)),
                 }
-        })
+        });
+        let mut found = Holder::Free;
+        for r in &mut holders {
+            if r.started.elapsed() >= threshold {
+                return Holder::Busy;
+            }
+            found = Holder::Running;
+        }
+        found
     }
 
     /// SCRIPT KILL: stops every running script, unless one has written.
@@ -227,7 +245,10 @@ mod tests {
 
     #[test]
     fn shebang_flags_and_errors_follow_redis() {
-        let s = Script::new(Bytes::from_static(b"#!lua flags=no-writes,allow-oom\nreturn 1")).unwrap();
+        let s = Script::new(Bytes::from_static(
+            b"#!lua flags=no-writes,allow-oom\nreturn 1",
+        ))
+        .unwrap();
         assert!(s.flags.no_writes && s.flags.allow_oom && s.flags.shebang);
         assert_eq!(s.code(), b"\nreturn 1");
         assert_eq!(
@@ -255,11 +276,12 @@ mod tests {
         let s = Scripts::default();
         let r = s.start(1, Some(vec![3]));
         let zero = Duration::ZERO;
-        assert!(s.busy(2, Some(&[3]), zero));
-        assert!(s.busy(2, None, zero));
-        assert!(!s.busy(2, Some(&[4]), zero));
-        assert!(!s.busy(1, Some(&[3]), zero));
-        assert!(!s.busy(2, Some(&[3]), Duration::from_secs(3600)));
+        assert_eq!(s.holder(2, Some(&[3]), zero), Holder::Busy);
+        assert_eq!(s.holder(2, None, zero), Holder::Busy);
+        assert_eq!(s.holder(2, Some(&[4]), zero), Holder::Free);
+        assert_eq!(s.holder(1, Some(&[3]), zero), Holder::Free);
+        let hour = Duration::from_secs(3600);
+        assert_eq!(s.holder(2, Some(&[3]), hour), Holder::Running);
         assert_eq!(s.kill(), Kill::Killed);
         assert!(r.killed.load(Relaxed));
         s.finish(&r);

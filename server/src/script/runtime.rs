@@ -252,9 +252,7 @@ fn script_error(err: &Value, sha: &str, killed: bool) -> Frame {
         _ => "ERR unknown error".into(),
     };
     match (t.raw_get::<String>("source"), t.raw_get::<i64>("line")) {
-        (Ok(source), Ok(line)) => {
-            Frame::error(format!("{msg} script: {sha}, on {source}:{line}."))
-        }
+        (Ok(source), Ok(line)) => Frame::error(format!("{msg} script: {sha}, on {source}:{line}.")),
         _ => Frame::error(format!("{msg} script: {sha}")),
     }
 }

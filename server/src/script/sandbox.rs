@@ -122,24 +122,21 @@ pub(super) fn new_state() -> mlua::Result<State> {
     redis.raw_set("log", lua.create_function(log)?)?;
     let private = lua.create_table()?;
     private.raw_set("resp", 2)?;
-    let (globals, xpcall): (Table, Function) = lua
-        .load(PRELUDE)
-        .set_name("=relcache")
-        .call((
-            redis.clone(),
-            private.clone(),
-            libs::cjson(&lua)?,
-            libs::bit(&lua)?,
-            lua.create_function(|lua, e: Value| {
-                Ok(match &e {
-                    Value::Error(err) => match call_error(err) {
-                        Some(text) => Value::String(lua.create_string(text)?),
-                        None => e,
-                    },
-                    _ => e,
-                })
-            })?,
-        ))?;
+    let (globals, xpcall): (Table, Function) = lua.load(PRELUDE).set_name("=relcache").call((
+        redis.clone(),
+        private.clone(),
+        libs::cjson(&lua)?,
+        libs::bit(&lua)?,
+        lua.create_function(|lua, e: Value| {
+            Ok(match &e {
+                Value::Error(err) => match call_error(err) {
+                    Some(text) => Value::String(lua.create_string(text)?),
+                    None => e,
+                },
+                _ => e,
+            })
+        })?,
+    ))?;
     Ok(State {
         lua,
         globals,
@@ -198,7 +195,11 @@ fn log(lua: &Lua, args: mlua::MultiValue) -> mlua::Result<()> {
     let level = match args.next() {
         Some(Value::Integer(n)) => n as i64,
         Some(Value::Number(n)) => n as i64,
-        _ => return Err(mlua::Error::runtime("First argument must be a number (log level).")),
+        _ => {
+            return Err(mlua::Error::runtime(
+                "First argument must be a number (log level).",
+            ))
+        }
     };
     let mut msg = String::new();
     for (i, a) in args.enumerate() {
@@ -230,18 +231,33 @@ mod tests {
     #[test]
     fn dangerous_libraries_are_absent_and_globals_protected() {
         let s = new_state().unwrap();
-        for name in ["os", "io", "require", "dofile", "loadfile", "debug", "package", "print"] {
+        for name in [
+            "os", "io", "require", "dofile", "loadfile", "debug", "package", "print",
+        ] {
             let e = eval(&s, &format!("return {name}")).unwrap_err().to_string();
             assert!(
-                e.contains(&format!("Script attempted to access nonexistent global variable '{name}'")),
+                e.contains(&format!(
+                    "Script attempted to access nonexistent global variable '{name}'"
+                )),
                 "{name}: {e}"
             );
         }
         let e = eval(&s, "x = 1").unwrap_err().to_string();
-        assert!(e.contains("user_script:1: Attempt to modify a readonly table"), "{e}");
-        for code in ["string.x = 1", "redis = nil", "rawset(_G, 'x', 1)", "_G.y = 2"] {
+        assert!(
+            e.contains("user_script:1: Attempt to modify a readonly table"),
+            "{e}"
+        );
+        for code in [
+            "string.x = 1",
+            "redis = nil",
+            "rawset(_G, 'x', 1)",
+            "_G.y = 2",
+        ] {
             let e = eval(&s, code).unwrap_err().to_string();
-            assert!(e.contains("Attempt to modify a readonly table"), "{code}: {e}");
+            assert!(
+                e.contains("Attempt to modify a readonly table"),
+                "{code}: {e}"
+            );
         }
         assert!(eval(&s, "local t = {} t.x = 1 return t.x").is_ok());
         assert_eq!(version_num("7.0.15"), 0x07000f);
