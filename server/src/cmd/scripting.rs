@@ -330,8 +330,8 @@ fn call<'a>(
     session.proto = proto;
     match outcome {
         Outcome::Reply(frame) => frame,
-        // A CLIENT KILL of this very client: its connection closes after EXEC-like
-        // completion is not modelled for scripts; the reply stands.
+        // QUIT and SHUTDOWN are refused above (noscript); a CLIENT KILL of this
+        // very client answers, and the script goes on as Redis's does.
         Outcome::Close(frame) => frame.unwrap_or(Frame::Null),
         // Nothing parks under a held view: lease commands answer busy instead.
         Outcome::Park(_) => Frame::Null,

@@ -98,7 +98,7 @@ pub fn lua_to_frame(value: &Value, resp: Resp) -> Frame {
             Resp::Two if *b => Frame::Integer(1),
             Resp::Two => Frame::Null,
         },
-        Value::Integer(n) => Frame::Integer(*n as i64),
+        Value::Integer(n) => Frame::Integer(*n),
         Value::Number(n) => Frame::Integer(number_to_integer(*n)),
         Value::String(s) => Frame::Bulk(Bytes::copy_from_slice(&s.as_bytes())),
         Value::Table(t) => table_to_frame(t, resp),
@@ -110,7 +110,8 @@ pub fn lua_to_frame(value: &Value, resp: Resp) -> Frame {
 /// Lua's number to a reply integer, truncated as C's cast does on x86: NaN and
 /// out-of-range values are the smallest i64 (what redis-server answers).
 pub fn number_to_integer(n: f64) -> i64 {
-    if n.is_finite() && (-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&n) {
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    if n.is_finite() && (-TWO_63..TWO_63).contains(&n) {
         n as i64
     } else {
         i64::MIN

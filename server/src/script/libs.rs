@@ -43,7 +43,7 @@ fn to_json(v: &Value, depth: usize) -> mlua::Result<Json> {
         Value::Nil => Json::Null,
         Value::LightUserData(u) if u.0.is_null() => Json::Null,
         Value::Boolean(b) => Json::Bool(*b),
-        Value::Integer(n) => Json::from(*n as i64),
+        Value::Integer(n) => Json::from(*n),
         Value::Number(n) if n.fract() == 0.0 && n.abs() < 1e15 => Json::from(*n as i64),
         Value::Number(n) => serde_json::Number::from_f64(*n)
             .map(Json::Number)

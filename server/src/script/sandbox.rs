@@ -193,7 +193,7 @@ fn version_num(v: &str) -> i64 {
 fn log(lua: &Lua, args: mlua::MultiValue) -> mlua::Result<()> {
     let mut args = args.into_iter();
     let level = match args.next() {
-        Some(Value::Integer(n)) => n as i64,
+        Some(Value::Integer(n)) => n,
         Some(Value::Number(n)) => n as i64,
         _ => {
             return Err(mlua::Error::runtime(
