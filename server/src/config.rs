@@ -193,6 +193,11 @@ pub struct Config {
     /// Per-command latency histograms (INFO latencystats, LATENCY HISTOGRAM).
     pub latency_tracking: AtomicBool,
     pub latency_tracking_info_percentiles: RwLock<Vec<f64>>,
+    /// A script running longer than this (ms) gets other clients' commands on its
+    /// shards answered `-BUSY` and becomes killable (`busy-reply-threshold`).
+    pub busy_reply_threshold: AtomicU64,
+    /// Scripts may touch keys they did not declare in KEYS, taking every shard.
+    pub lua_allow_undeclared_keys: AtomicBool,
     /// Derived, not a parameter: see [`crate::observe::Gate`].
     pub observe_gate: crate::observe::Gate,
     /// `save`: (seconds, changes) pairs; empty for no automatic snapshots.
@@ -239,6 +244,8 @@ impl Default for Config {
             latency_monitor_threshold: AtomicU64::new(0),
             latency_tracking: AtomicBool::new(true),
             latency_tracking_info_percentiles: RwLock::new(vec![50.0, 99.0, 99.9]),
+            busy_reply_threshold: AtomicU64::new(5000),
+            lua_allow_undeclared_keys: AtomicBool::new(false),
             observe_gate: crate::observe::Gate::default(),
             save_policy: RwLock::new(Vec::new()),
             dir: RwLock::new(std::env::current_dir().unwrap_or_else(|_| ".".into())),
@@ -653,6 +660,37 @@ pub static PARAMS: &[Param] = &[
             let n = parse_at_least(v, 0)?;
             c.latency_monitor_threshold.store(n as u64, Relaxed);
             c.observe_gate.refresh(c);
+            Ok(())
+        },
+    },
+    Param {
+        name: "busy-reply-threshold",
+        mutable: true,
+        help: "Milliseconds a script runs before other clients on its shards get -BUSY and SCRIPT KILL may stop it",
+        get: |c| get_u(&c.busy_reply_threshold),
+        set: |c, v| set_u(&c.busy_reply_threshold, v, 0, i64::MAX as u64),
+    },
+    Param {
+        name: "lua-time-limit",
+        mutable: true,
+        help: "The old name of busy-reply-threshold",
+        get: |c| get_u(&c.busy_reply_threshold),
+        set: |c, v| set_u(&c.busy_reply_threshold, v, 0, i64::MAX as u64),
+    },
+    Param {
+        name: "lua-allow-undeclared-keys",
+        mutable: true,
+        help: "Let scripts touch keys not declared in KEYS, locking every shard while they run (yes/no)",
+        get: |c| {
+            if c.lua_allow_undeclared_keys.load(Relaxed) {
+                "yes"
+            } else {
+                "no"
+            }
+            .into()
+        },
+        set: |c, v| {
+            c.lua_allow_undeclared_keys.store(yes_no(v)?, Relaxed);
             Ok(())
         },
     },

@@ -36,6 +36,10 @@ pub enum CmdError {
     /// A command Redis refuses while the dataset loads at start.
     #[error("LOADING Redis is loading the dataset in memory")]
     Loading,
+    #[error(
+        "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+    )]
+    Busy,
     /// `ERR <message>`.
     #[error("ERR {0}")]
     Err(String),

@@ -21,6 +21,7 @@ mod longdouble;
 mod observe;
 mod offload;
 mod persist;
+mod script;
 mod server;
 mod session;
 mod stats;

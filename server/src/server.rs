@@ -29,6 +29,8 @@ pub struct Server {
     /// Per command and subcommand, indexed like `cmd::registry().all`.
     pub cmdstats: Vec<CommandStats>,
     pub clients: Clients,
+    /// The Lua script cache and the scripts running now.
+    pub scripts: crate::script::Scripts,
     pub evictor: Evictor,
     /// Cancelled to shut down: by the caller of [`crate::run`], or by SHUTDOWN.
     pub shutdown: CancellationToken,
@@ -62,6 +64,7 @@ impl Server {
                 .map(|_| CommandStats::default())
                 .collect(),
             clients: Clients::default(),
+            scripts: crate::script::Scripts::default(),
             evictor: Evictor::default(),
             shutdown,
             started: Instant::now(),

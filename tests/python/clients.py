@@ -59,10 +59,39 @@ def large_replies(port: int) -> None:
     assert r.ping()
 
 
+def locks(port: int, protocol: int) -> None:
+    """redis-py's Lock (SET NX PX, then EVALSHA scripts to extend and release) and
+    a Redlock-style compare-and-delete through EVAL."""
+    r = redis.Redis(port=port, decode_responses=True, protocol=protocol)
+    r.delete("k", "redlock")
+    with r.lock("k", timeout=5) as lock:
+        assert r.get("k").encode() == lock.local.token, (r.get("k"), lock.local.token)
+        assert lock.extend(10)
+        assert 5000 < r.pttl("k") <= 15000, r.pttl("k")
+        assert lock.reacquire()
+    assert r.exists("k") == 0, "release left the lock behind"
+    second = r.lock("k", timeout=5)
+    assert second.acquire(blocking=False), "a second acquire after release failed"
+    second.release()
+    assert r.exists("k") == 0
+
+    release = (
+        "if redis.call('get', KEYS[1]) == ARGV[1] then "
+        "return redis.call('del', KEYS[1]) else return 0 end"
+    )
+    assert r.set("redlock", "mine", nx=True, px=30000)
+    assert not r.set("redlock", "theirs", nx=True, px=30000)
+    assert r.eval(release, 1, "redlock", "theirs") == 0
+    assert r.get("redlock") == "mine"
+    assert r.eval(release, 1, "redlock", "mine") == 1
+    assert r.exists("redlock") == 0
+
+
 def main() -> None:
     port = int(sys.argv[1])
     for protocol in (2, 3):
         check(port, protocol)
+        locks(port, protocol)
     large_replies(port)
     print("ok")
 

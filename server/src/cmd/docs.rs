@@ -106,6 +106,16 @@ const SYNTAX: &[(&str, &str)] = &[
     // Transactions.
     ("discard", ""),
     ("exec", ""),
+    // Scripting.
+    ("eval", "script numkeys<integer> [key...] [arg...]"),
+    ("eval_ro", "script numkeys<integer> [key...] [arg...]"),
+    ("evalsha", "sha1 numkeys<integer> [key...] [arg...]"),
+    ("evalsha_ro", "sha1 numkeys<integer> [key...] [arg...]"),
+    ("script|exists", "sha1..."),
+    ("script|flush", "[async: ASYNC | SYNC]"),
+    ("script|help", ""),
+    ("script|kill", ""),
+    ("script|load", "script"),
     ("multi", ""),
     ("unwatch", ""),
     ("watch", "key..."),

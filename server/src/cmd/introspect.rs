@@ -172,6 +172,7 @@ fn key_spec_flags(spec: &CommandSpec) -> &'static [&'static [&'static str]] {
             RW_ACCESS_UPDATE
         }
         "set" => &[&["RW", "access", "update", "variable_flags"]],
+        "eval" | "evalsha" => RW_ACCESS_UPDATE,
         "mset" | "setex" | "psetex" => OW_UPDATE,
         "msetnx" | "setnx" => OW_INSERT,
         "append" | "sadd" => RW_INSERT,

@@ -26,6 +26,7 @@ mod lease;
 mod memory;
 mod monitor;
 mod persistence;
+mod scripting;
 mod server;
 mod setcore;
 mod sets;
@@ -50,7 +51,7 @@ use crate::session::Session;
 pub use spec::{CommandSpec, Keys};
 
 /// Every top-level command family's table.
-fn families() -> [&'static [CommandSpec]; 17] {
+fn families() -> [&'static [CommandSpec]; 18] {
     [
         config::COMMANDS,
         connection::COMMANDS,
@@ -64,6 +65,7 @@ fn families() -> [&'static [CommandSpec]; 17] {
         memory::COMMANDS,
         monitor::COMMANDS,
         persistence::COMMANDS,
+        scripting::COMMANDS,
         server::COMMANDS,
         sets::COMMANDS,
         slowlog::COMMANDS,
@@ -366,6 +368,10 @@ fn execute(
         }
         return Outcome::Reply(CmdError::Loading.to_frame());
     }
+    if !spec.has(spec::ALLOW_BUSY) && busy_script(server, session, spec, args) {
+        server.cmdstats[id].rejected_calls.incr();
+        return Outcome::Reply(CmdError::Busy.to_frame());
+    }
     if let Some(m) = &mut session.multi {
         if spec.has(spec::NO_MULTI) {
             m.failed = true;
@@ -395,6 +401,41 @@ fn execute(
         return Outcome::Reply(e.to_frame());
     }
     run(server, session, id, spec, args, None, resumed)
+}
+
+/// Whether a script of another client has run past `busy-reply-threshold` while
+/// holding a shard this command needs (see `scripting`): answered BUSY, as Redis
+/// does. Until then the command waits for the script, polling rather than
+/// blocking on the shard lock, so that it can still be answered BUSY.
+fn busy_script(server: &Server, session: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
+    use crate::script::Holder;
+    if server
+        .scripts
+        .holder(session.id(), None, std::time::Duration::MAX)
+        == Holder::Free
+    {
+        return false;
+    }
+    let shards: Option<Vec<usize>> = spec.key_indices(args).map(|idx| {
+        idx.iter()
+            .map(|&i| server.db.shard_index(&args[i]))
+            .collect()
+    });
+    loop {
+        let ms = server
+            .config
+            .busy_reply_threshold
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let threshold = std::time::Duration::from_millis(ms);
+        match server
+            .scripts
+            .holder(session.id(), shards.as_deref(), threshold)
+        {
+            Holder::Free => return false,
+            Holder::Busy => return true,
+            Holder::Running => std::thread::sleep(std::time::Duration::from_millis(1)),
+        }
+    }
 }
 
 /// Finds the command (and subcommand) for `args` and checks its arity.

@@ -27,6 +27,8 @@ pub const ALLOW_BUSY: u32 = 1 << 10;
 pub const SKIP_SLOWLOG: u32 = 1 << 11;
 pub const MOVABLE_KEYS: u32 = 1 << 12;
 pub const BLOCKING: u32 = 1 << 13;
+pub const SKIP_MONITOR: u32 = 1 << 14;
+pub const NO_MANDATORY_KEYS: u32 = 1 << 15;
 /// Internal, not reported: lock the key's shards exclusively although the command
 /// does not write data (WATCH registers itself in the shard).
 pub const LOCK_WRITE: u32 = 1 << 31;
@@ -49,9 +51,11 @@ const FLAG_NAMES: &[(u32, &str)] = &[
     (NO_AUTH, "no_auth"),
     (NO_MULTI, "no_multi"),
     (ALLOW_BUSY, "allow_busy"),
+    (SKIP_MONITOR, "skip_monitor"),
     (SKIP_SLOWLOG, "skip_slowlog"),
     (MOVABLE_KEYS, "movablekeys"),
     (BLOCKING, "blocking"),
+    (NO_MANDATORY_KEYS, "no_mandatory_keys"),
 ];
 
 /// Where a command's keys are among its arguments.
@@ -102,6 +106,7 @@ pub enum Group {
     Connection,
     Server,
     Transactions,
+    Scripting,
     /// relcache's own IDSET.* family.
     Idset,
 }
@@ -115,6 +120,7 @@ impl Group {
             Group::Connection => "connection",
             Group::Server => "server",
             Group::Transactions => "transactions",
+            Group::Scripting => "scripting",
             Group::Idset => "module",
         }
     }
@@ -127,6 +133,7 @@ impl Group {
             Group::Connection => "@connection",
             Group::Server => "@admin",
             Group::Transactions => "@transaction",
+            Group::Scripting => "@scripting",
         }
     }
 }

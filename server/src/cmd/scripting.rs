@@ -1,0 +1,402 @@
+//! EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT: Lua scripting.
+//!
+//! The Lua side (cache, sandbox, conversions) is `crate::script`; this family
+//! parses the commands, locks the script's keys and runs its `redis.call`s
+//! through the normal dispatch ([`run`]), exactly as EXEC runs queued commands.
+//!
+//! **Atomicity on a sharded keyspace.** A script locks the shards of the keys it
+//! declares (KEYS) for its whole run, exclusively unless it is read-only
+//! (EVAL_RO, `#!lua flags=no-writes`): no other command on those keys can
+//! interleave, while commands on other shards go on. So a script may only touch
+//! declared keys: anything else is refused, which is Redis's own rule for
+//! cluster-safe scripts. A script that must reach undeclared keys says
+//! `#!lua flags=allow-undeclared-keys` (or the server sets
+//! `lua-allow-undeclared-keys yes`) and then locks every shard, like Redis's
+//! global lock. Inside MULTI the script runs under the transaction's locks, which
+//! cover its KEYS only, so undeclared keys are refused there whatever the flags.
+
+use bytes::Bytes;
+use relcache_protocol::resp::{Frame, Protocol};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use super::spec::{self, CommandSpec, Group, Keys};
+use super::{eq_ic, parse_i64, registry, resolve, run, Ctx, Outcome, ViewSlot};
+use crate::db::{LockMode, View};
+use crate::error::{CmdError, CmdResult};
+use crate::script::convert::Resp;
+use crate::script::runtime::{self, Invocation};
+use crate::script::{Kill, Running, Script};
+use crate::server::Server;
+use crate::session::Session;
+
+const EVAL_FLAGS: u32 = spec::NOSCRIPT | spec::STALE | spec::SKIP_MONITOR | spec::NO_MANDATORY_KEYS;
+const SCRIPT_KEYS: Keys = Keys::Counted { at: 2 };
+const EVAL_COMPLEXITY: &str = "Depends on the script that is executed.";
+
+pub(super) const COMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        name: "eval",
+        arity: -3,
+        // LOCK_WRITE: inside EXEC the transaction must lock the script's keys
+        // exclusively, as the script may write.
+        flags: EVAL_FLAGS | spec::LOCK_WRITE,
+        keys: SCRIPT_KEYS,
+        group: Group::Scripting,
+        since: "2.6.0",
+        summary: "Executes a server-side Lua script.",
+        complexity: EVAL_COMPLEXITY,
+        handler: eval,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "evalsha",
+        arity: -3,
+        flags: EVAL_FLAGS | spec::LOCK_WRITE,
+        keys: SCRIPT_KEYS,
+        group: Group::Scripting,
+        since: "2.6.0",
+        summary: "Executes a server-side Lua script by SHA1 digest.",
+        complexity: EVAL_COMPLEXITY,
+        handler: evalsha,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "eval_ro",
+        arity: -3,
+        flags: spec::READONLY | EVAL_FLAGS,
+        keys: SCRIPT_KEYS,
+        group: Group::Scripting,
+        since: "7.0.0",
+        summary: "Executes a read-only server-side Lua script.",
+        complexity: EVAL_COMPLEXITY,
+        handler: eval_ro,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "evalsha_ro",
+        arity: -3,
+        flags: spec::READONLY | EVAL_FLAGS,
+        keys: SCRIPT_KEYS,
+        group: Group::Scripting,
+        since: "7.0.0",
+        summary: "Executes a read-only server-side Lua script by SHA1 digest.",
+        complexity: EVAL_COMPLEXITY,
+        handler: evalsha_ro,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "script",
+        arity: -2,
+        group: Group::Scripting,
+        since: "2.6.0",
+        summary: "A container for Lua scripts management commands.",
+        complexity: "Depends on subcommand.",
+        subcommands: SCRIPT_SUBCOMMANDS,
+        ..CommandSpec::DEFAULT
+    },
+];
+
+const SCRIPT_SUBCOMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        name: "script|exists",
+        arity: -3,
+        flags: spec::NOSCRIPT,
+        group: Group::Scripting,
+        since: "2.6.0",
+        summary: "Determines whether server-side Lua scripts exist in the script cache.",
+        complexity: "O(N) with N being the number of scripts to check (so checking a single script is an O(1) operation).",
+        handler: script_exists,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "script|flush",
+        arity: -2,
+        flags: spec::NOSCRIPT,
+        group: Group::Scripting,
+        since: "2.6.0",
+        summary: "Removes all server-side Lua scripts from the script cache.",
+        complexity: "O(N) with N being the number of scripts in cache",
+        handler: script_flush,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "script|help",
+        arity: 2,
+        flags: spec::LOADING | spec::STALE,
+        group: Group::Scripting,
+        since: "5.0.0",
+        summary: "Returns helpful text about the different subcommands.",
+        handler: script_help,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "script|kill",
+        arity: 2,
+        flags: spec::NOSCRIPT | spec::ALLOW_BUSY,
+        group: Group::Scripting,
+        since: "2.6.0",
+        summary: "Terminates a server-side Lua script during execution.",
+        handler: script_kill,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "script|load",
+        arity: 3,
+        flags: spec::NOSCRIPT | spec::STALE,
+        group: Group::Scripting,
+        since: "2.6.0",
+        summary: "Loads a server-side Lua script to the script cache.",
+        complexity: "O(N) with N being the length in bytes of the script body.",
+        handler: script_load,
+        ..CommandSpec::DEFAULT
+    },
+];
+
+fn eval(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let script = cached(ctx.server, &args[1])?;
+    eval_generic(ctx, args, &script, false)
+}
+
+fn evalsha(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let script = by_sha(ctx.server, &args[1])?;
+    eval_generic(ctx, args, &script, false)
+}
+
+fn eval_ro(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let script = cached(ctx.server, &args[1])?;
+    eval_generic(ctx, args, &script, true)
+}
+
+fn evalsha_ro(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let script = by_sha(ctx.server, &args[1])?;
+    eval_generic(ctx, args, &script, true)
+}
+
+/// The script with this body, compiled and cached (EVAL caches what it runs, as
+/// Redis does, so EVALSHA finds it afterwards).
+fn cached(server: &Server, body: &Bytes) -> Result<Arc<Script>, CmdError> {
+    let sha = crate::script::sha1_hex(body);
+    if let Some(s) = server.scripts.get(&sha) {
+        runtime::compile(&server.scripts, &s).map_err(CmdError::Coded)?;
+        return Ok(s);
+    }
+    let script = Script::new(body.clone()).map_err(CmdError::Err)?;
+    runtime::compile(&server.scripts, &script).map_err(CmdError::Coded)?;
+    let script = Arc::new(script);
+    server.scripts.insert(script.clone());
+    Ok(script)
+}
+
+fn by_sha(server: &Server, sha: &[u8]) -> Result<Arc<Script>, CmdError> {
+    let sha = String::from_utf8_lossy(sha).to_ascii_lowercase();
+    server
+        .scripts
+        .get(&sha)
+        .ok_or_else(|| CmdError::Coded("NOSCRIPT No matching script. Please use EVAL.".into()))
+}
+
+/// What a script may do, decided before it runs.
+struct Rules<'k> {
+    read_only: bool,
+    allow_oom: bool,
+    /// The declared keys; `None` when any key may be touched (every shard is held).
+    declared: Option<&'k [Bytes]>,
+}
+
+fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[Bytes], script: &Script, ro: bool) -> CmdResult {
+    let numkeys = parse_i64(&args[2])?;
+    if numkeys < 0 {
+        return Err(CmdError::err("Number of keys can't be negative"));
+    }
+    if numkeys as u64 > (args.len() - 3) as u64 {
+        return Err(CmdError::err(
+            "Number of keys can't be greater than number of args",
+        ));
+    }
+    let (keys, argv) = args[3..].split_at(numkeys as usize);
+    let server = ctx.server;
+    let in_exec = ctx.in_exec();
+    let undeclared = !in_exec
+        && (script.flags.allow_undeclared_keys
+            || server.config.lua_allow_undeclared_keys.load(Relaxed));
+    let rules = Rules {
+        read_only: ro || script.flags.no_writes,
+        allow_oom: script.flags.allow_oom,
+        declared: (!undeclared).then_some(keys),
+    };
+    let mode = if rules.read_only {
+        LockMode::Read
+    } else {
+        LockMode::Write
+    };
+    let shards = (!undeclared).then(|| {
+        let mut s: Vec<usize> = keys.iter().map(|k| server.db.shard_index(k)).collect();
+        s.sort_unstable();
+        s.dedup();
+        s
+    });
+    let session = &mut *ctx.session;
+    let mut own;
+    let view: &mut View<'_> = match &mut ctx.view {
+        ViewSlot::Exec(v) => v,
+        _ => {
+            own = server.db.view(keys, undeclared, mode);
+            &mut own
+        }
+    };
+    let running = server.scripts.start(session.id(), shards);
+    // A script may run long: the worker's other connections move to another
+    // thread meanwhile (the thread-local Lua state stays with this one).
+    let reply = crate::offload::offload(|| {
+        let inv = Invocation {
+            script,
+            keys,
+            argv,
+            running: running.clone(),
+        };
+        let mut dispatch =
+            |cmd: &[Bytes], resp: Resp| call(server, session, view, &rules, &running, cmd, resp);
+        runtime::run(&server.scripts, inv, &mut dispatch)
+    });
+    server.scripts.finish(&running);
+    if !in_exec {
+        server.absorb_view_stats(view);
+    }
+    Ok(reply)
+}
+
+/// One `redis.call` from a script: checked against what scripts may do, then run
+/// through the normal dispatch under the script's locks.
+fn call<'a>(
+    server: &'a Server,
+    session: &mut Session,
+    view: &mut View<'a>,
+    rules: &Rules<'_>,
+    running: &Running,
+    args: &[Bytes],
+    resp: Resp,
+) -> Frame {
+    let (id, spec) = match resolve(registry(), args) {
+        Ok(found) => found,
+        Err(CmdError::WrongArity(_)) => {
+            return Frame::error("ERR Wrong number of args calling Redis command from script")
+        }
+        Err(CmdError::UnknownSubcommand { .. }) | Err(_)
+            if registry().command(&args[0]).is_none() =>
+        {
+            return Frame::error("ERR Unknown Redis command called from script")
+        }
+        Err(e) => return e.to_frame(),
+    };
+    if spec.has(spec::NOSCRIPT) || spec.has(spec::BLOCKING) {
+        return Frame::error("ERR This Redis command is not allowed from script");
+    }
+    if spec.has(spec::WRITE) {
+        if rules.read_only {
+            return Frame::error("ERR Write commands are not allowed from read-only scripts.");
+        }
+        if spec.has(spec::DENYOOM) && !rules.allow_oom && server.over_maxmemory() {
+            return CmdError::Oom.to_frame();
+        }
+    }
+    if let Some(declared) = rules.declared {
+        let undeclared = match spec.key_indices(args) {
+            None => Some("the whole keyspace".to_string()),
+            Some(idx) => idx
+                .iter()
+                .map(|&i| &args[i])
+                .find(|k| !declared.contains(k))
+                .map(|k| format!("key '{}'", String::from_utf8_lossy(k))),
+        };
+        if let Some(what) = undeclared {
+            return Frame::error(format!(
+                "ERR Script attempted to access {what}, which it did not declare in KEYS (declare it, or use #!lua flags=allow-undeclared-keys)"
+            ));
+        }
+    }
+    if spec.has(spec::WRITE) {
+        running.wrote.store(true, Relaxed);
+    }
+    // The command replies in the protocol the script chose (`redis.setresp`).
+    let proto = std::mem::replace(
+        &mut session.proto,
+        match resp {
+            Resp::Two => Protocol::Resp2,
+            Resp::Three => Protocol::Resp3,
+        },
+    );
+    let outcome = run(server, session, id, spec, args, Some(view), None);
+    session.proto = proto;
+    match outcome {
+        Outcome::Reply(frame) => frame,
+        // QUIT and SHUTDOWN are refused above (noscript); a CLIENT KILL of this
+        // very client answers, and the script goes on as Redis's does.
+        Outcome::Close(frame) => frame.unwrap_or(Frame::Null),
+        // Nothing parks under a held view: lease commands answer busy instead.
+        Outcome::Park(_) => Frame::Null,
+    }
+}
+
+fn script_load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let script = cached(ctx.server, &args[2])?;
+    Ok(Frame::Bulk(Bytes::from(script.sha.clone())))
+}
+
+fn script_exists(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let found = args[2..]
+        .iter()
+        .map(|sha| {
+            let sha = String::from_utf8_lossy(sha).to_ascii_lowercase();
+            Frame::Integer(i64::from(ctx.server.scripts.contains(&sha)))
+        })
+        .collect();
+    Ok(Frame::Array(found))
+}
+
+fn script_flush(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    match &args[2..] {
+        [] => {}
+        [mode] if eq_ic(mode, "ASYNC") || eq_ic(mode, "SYNC") => {}
+        _ => return Err(CmdError::err("SCRIPT FLUSH only support SYNC|ASYNC option")),
+    }
+    // Both modes free at once: the cache is small next to the keyspace.
+    ctx.server.scripts.flush();
+    Ok(Frame::ok())
+}
+
+fn script_kill(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+    match ctx.server.scripts.kill() {
+        Kill::Killed => Ok(Frame::ok()),
+        Kill::NotBusy => Err(CmdError::Coded("NOTBUSY No scripts in execution right now.".into())),
+        Kill::Unkillable => Err(CmdError::Coded(
+            "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.".into(),
+        )),
+    }
+}
+
+fn script_help(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+    let lines = [
+        "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "EXISTS <sha1> [<sha1> ...]",
+        "    Return information about the existence of the scripts in the script cache.",
+        "FLUSH [ASYNC|SYNC]",
+        "    Flush the Lua scripts cache. Very dangerous on replicas.",
+        "    When called without the optional mode argument, the behavior is determined by the",
+        "    lazyfree-lazy-user-flush configuration directive. Valid modes are:",
+        "    * ASYNC: Asynchronously flush the scripts cache.",
+        "    * SYNC: Synchronously flush the scripts cache.",
+        "KILL",
+        "    Kill the currently executing Lua script.",
+        "LOAD <script>",
+        "    Load a script into the scripts cache without executing it.",
+        "HELP",
+        "    Prints this help.",
+    ];
+    Ok(Frame::Array(
+        lines
+            .iter()
+            .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
+            .collect(),
+    ))
+}

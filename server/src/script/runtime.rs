@@ -1,0 +1,258 @@
+//! Running a script: one Lua state per worker thread.
+//!
+//! Commands run on every runtime worker, and a Lua state cannot be shared between
+//! threads, so each thread keeps its own state and the functions it compiled in
+//! it, by SHA1; the bodies themselves are shared ([`Scripts`]), so EVALSHA works
+//! on any thread. SCRIPT FLUSH raises a generation number, and a thread whose
+//! state is older starts a new one before its next script.
+//!
+//! A script runs under `xpcall` with a message handler that, like Redis's, turns
+//! any error into `{err=…}` and notes the script line it came from, for Redis's
+//! `<error> script: <sha>, on @user_script:<line>.` reply. An instruction-count
+//! hook checks the SCRIPT KILL flag.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use mlua::{Function, HookTriggers, Lua, MultiValue, Table, Value, VmState};
+use relcache_protocol::resp::Frame;
+
+use super::convert::{frame_to_lua, lua_to_frame, Resp};
+use super::sandbox::{error_table, new_state, CallError, State};
+use super::{Running, Script, Scripts};
+
+/// How often (in Lua instructions) a running script checks whether it was killed.
+const HOOK_EVERY: u32 = 10_000;
+
+/// What the hook raises once SCRIPT KILL asked.
+const KILLED: &str = "ERR Script killed by user with SCRIPT KILL...";
+
+/// Runs one command for the script (`redis.call` / `redis.pcall`): its reply, or
+/// an error frame for a refused or failed command.
+pub type Dispatch<'d> = dyn FnMut(&[Bytes], Resp) -> Frame + 'd;
+
+/// One run of a script.
+pub struct Invocation<'i> {
+    pub script: &'i Script,
+    pub keys: &'i [Bytes],
+    pub argv: &'i [Bytes],
+    pub running: Arc<Running>,
+}
+
+struct Runtime {
+    state: State,
+    generation: u64,
+    functions: HashMap<String, Function>,
+}
+
+thread_local! {
+    static RUNTIME: RefCell<Option<Runtime>> = const { RefCell::new(None) };
+}
+
+fn with_runtime<R>(
+    scripts: &Scripts,
+    f: impl FnOnce(&mut Runtime) -> Result<R, String>,
+) -> Result<R, String> {
+    RUNTIME.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let generation = scripts.generation();
+        if slot.as_ref().is_none_or(|rt| rt.generation != generation) {
+            let state = new_state().map_err(|e| format!("ERR cannot start Lua: {e}"))?;
+            *slot = Some(Runtime {
+                state,
+                generation,
+                functions: HashMap::new(),
+            });
+        }
+        match slot.as_mut() {
+            Some(rt) => f(rt),
+            None => Err("ERR cannot start Lua".into()),
+        }
+    })
+}
+
+impl Runtime {
+    fn function(&mut self, script: &Script) -> Result<Function, String> {
+        if let Some(f) = self.functions.get(&script.sha) {
+            return Ok(f.clone());
+        }
+        let f = self
+            .state
+            .lua
+            .load(script.code())
+            .set_name("@user_script")
+            .into_function()
+            .map_err(|e| {
+                let msg = match e {
+                    mlua::Error::SyntaxError { message, .. } => message,
+                    other => other.to_string(),
+                };
+                format!("ERR Error compiling script (new function): {msg}")
+            })?;
+        self.functions.insert(script.sha.clone(), f.clone());
+        Ok(f)
+    }
+}
+
+/// Compiles `script` on this thread (SCRIPT LOAD and EVAL check it before caching
+/// it); the error is Redis's reply text.
+pub fn compile(scripts: &Scripts, script: &Script) -> Result<(), String> {
+    with_runtime(scripts, |rt| rt.function(script).map(drop))
+}
+
+/// Runs a script to its reply.
+pub fn run(scripts: &Scripts, inv: Invocation<'_>, dispatch: &mut Dispatch<'_>) -> Frame {
+    with_runtime(scripts, |rt| {
+        let f = rt.function(inv.script)?;
+        run_in(&rt.state, f, &inv, dispatch).map_err(|e| format!("ERR {e}"))
+    })
+    .unwrap_or_else(Frame::error)
+}
+
+fn run_in(
+    state: &State,
+    f: Function,
+    inv: &Invocation<'_>,
+    dispatch: &mut Dispatch<'_>,
+) -> mlua::Result<Frame> {
+    let lua = &state.lua;
+    state.globals.raw_set("KEYS", list(lua, inv.keys)?)?;
+    state.globals.raw_set("ARGV", list(lua, inv.argv)?)?;
+    state.private.raw_set("resp", 2)?;
+    let running = inv.running.clone();
+    lua.set_hook(
+        HookTriggers::new().every_nth_instruction(HOOK_EVERY),
+        move |_, _| {
+            if running.killed.load(Relaxed) {
+                Err(mlua::Error::runtime(KILLED))
+            } else {
+                Ok(VmState::Continue)
+            }
+        },
+    );
+    let private = &state.private;
+    let dispatch = RefCell::new(dispatch);
+    let result = lua.scope(|scope| {
+        // Rust functions, not Lua wrappers: `return redis.call(…)` is a tail call,
+        // and only a C function keeps the script's frame (and so its line number)
+        // on the stack.
+        for (name, raise) in [("call", true), ("pcall", false)] {
+            let dispatch = &dispatch;
+            let f = scope.create_function(move |lua, args: MultiValue| {
+                let resp = resp_of(private);
+                let frame = match command_args(lua, args) {
+                    Ok(args) => (*dispatch.borrow_mut())(&args, resp),
+                    Err(text) => Frame::error(text),
+                };
+                match frame {
+                    Frame::Error(text) if raise => Err(mlua::Error::external(CallError(
+                        String::from_utf8_lossy(&text).into_owned(),
+                    ))),
+                    frame => frame_to_lua(lua, frame, resp),
+                }
+            })?;
+            state.redis.raw_set(name, f)?;
+        }
+        let handler = scope.create_function(on_error)?;
+        let out: MultiValue = state.xpcall.call((f, handler))?;
+        state.redis.raw_set("call", Value::Nil)?;
+        state.redis.raw_set("pcall", Value::Nil)?;
+        let mut out = out.into_iter();
+        let ok = matches!(out.next(), Some(Value::Boolean(true)));
+        let value = out.next().unwrap_or(Value::Nil);
+        Ok(if ok {
+            lua_to_frame(&value, resp_of(private))
+        } else {
+            let killed = inv.running.killed.load(Relaxed);
+            script_error(&value, &inv.script.sha, killed)
+        })
+    });
+    lua.remove_hook();
+    result
+}
+
+fn list(lua: &Lua, items: &[Bytes]) -> mlua::Result<Table> {
+    let t = lua.create_table_with_capacity(items.len(), 0)?;
+    for (i, item) in items.iter().enumerate() {
+        t.raw_set(i + 1, lua.create_string(item)?)?;
+    }
+    Ok(t)
+}
+
+fn resp_of(private: &Table) -> Resp {
+    match private.raw_get::<i64>("resp") {
+        Ok(3) => Resp::Three,
+        _ => Resp::Two,
+    }
+}
+
+/// `redis.call`'s arguments as a command: strings, or numbers as Lua prints them.
+fn command_args(lua: &Lua, args: MultiValue) -> Result<Vec<Bytes>, String> {
+    if args.is_empty() {
+        return Err("ERR Please specify at least one argument for this redis lib call".into());
+    }
+    args.into_iter()
+        .map(|v| match v {
+            Value::String(s) => Ok(Bytes::copy_from_slice(&s.as_bytes())),
+            v @ (Value::Integer(_) | Value::Number(_)) => match lua.coerce_string(v) {
+                Ok(Some(s)) => Ok(Bytes::copy_from_slice(&s.as_bytes())),
+                _ => Err(String::new()),
+            },
+            _ => Err(String::new()),
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|_| "ERR Lua redis lib command arguments must be strings or integers".into())
+}
+
+/// The message handler: any error becomes `{err=…, source=…, line=…}`, the line
+/// being the innermost one of the script's own code.
+fn on_error(lua: &Lua, err: Value) -> mlua::Result<Table> {
+    let t = match error_table(lua, err)? {
+        Value::Table(t) => t,
+        other => {
+            let msg = match other {
+                Value::Nil => "nil".to_string(),
+                Value::Boolean(b) => b.to_string(),
+                Value::Error(e) => e.to_string(),
+                v => match lua.coerce_string(v.clone())? {
+                    Some(s) => s.to_string_lossy(),
+                    None => v.type_name().to_string(),
+                },
+            };
+            let t = lua.create_table()?;
+            t.raw_set("err", format!("ERR {msg}"))?;
+            t
+        }
+    };
+    for level in 1..200 {
+        let Some(frame) = lua.inspect_stack(level) else {
+            break;
+        };
+        if frame.source().source.as_deref() == Some("@user_script") {
+            t.raw_set("source", "@user_script")?;
+            t.raw_set("line", frame.curr_line())?;
+            break;
+        }
+    }
+    Ok(t)
+}
+
+/// Redis's reply for a script that raised an error.
+/// A killed script gets SCRIPT KILL's text whatever error the hook surfaced as.
+fn script_error(err: &Value, sha: &str, killed: bool) -> Frame {
+    let Value::Table(t) = err else {
+        return Frame::error(format!("ERR Error running script script: {sha}"));
+    };
+    let msg = match t.raw_get::<Value>("err") {
+        _ if killed => KILLED.to_string(),
+        Ok(Value::String(s)) => s.to_string_lossy(),
+        _ => "ERR unknown error".into(),
+    };
+    match (t.raw_get::<String>("source"), t.raw_get::<i64>("line")) {
+        (Ok(source), Ok(line)) => Frame::error(format!("{msg} script: {sha}, on {source}:{line}.")),
+        _ => Frame::error(format!("{msg} script: {sha}")),
+    }
+}

@@ -1,0 +1,265 @@
+//! The Lua state a script runs in, shut in as Redis 7 shuts it in.
+//!
+//! Only the base library (less `dofile`, `loadfile`, `print`, `setfenv`, `getfenv`,
+//! `newproxy`, `module`, `require`), `table`, `string`, `math`, `coroutine`, and
+//! Redis's `redis`, `cjson` and `bit`: no `io`, `os`, `package` or `debug`, so no
+//! file, process or network access. Redis 7 patches Lua to make tables read-only;
+//! stock Lua 5.1 cannot, so the same effect comes from proxies: the global table
+//! is empty and reads through to a hidden one, and every library table is a proxy
+//! over the real one, so any assignment (a new global, `string.x = …`,
+//! `redis = nil`) goes through `__newindex` and fails with Redis's text, and
+//! `rawset` refuses the proxies. Reading a global that does not exist fails too.
+
+use mlua::{Function, Lua, LuaOptions, StdLib, Table, Value};
+
+use super::libs;
+
+/// Runs once per Lua state. `...` is the real `redis` table (the runtime sets
+/// `call` and `pcall` in it for each run), the runtime's private table (`resp`),
+/// the `cjson` and `bit` tables, and the function that turns a failed
+/// `redis.call` caught by `pcall` into its error text (as Redis 7 hands it).
+const PRELUDE: &str = r#"
+local redis, private, cjson, bit, error_text = ...
+local pairs, ipairs, error, type, tostring = pairs, ipairs, error, type, tostring
+local pcall = pcall
+local rawset, setmetatable, getmetatable = rawset, setmetatable, getmetatable
+local G = _G
+local hidden = {}
+for k, v in pairs(G) do hidden[k] = v end
+for k in pairs(hidden) do rawset(G, k, nil) end
+for _, name in ipairs({'dofile', 'loadfile', 'print', 'setfenv', 'getfenv',
+                       'newproxy', 'module', 'require'}) do
+  hidden[name] = nil
+end
+
+local readonly = setmetatable({}, {__mode = 'k'})
+local function refuse() error('Attempt to modify a readonly table', 2) end
+local function protect(t)
+  local p = {}
+  readonly[p] = true
+  return setmetatable(p, {__index = t, __newindex = refuse, __metatable = false})
+end
+
+-- A script's `pcall(redis.call, …)` catches the failed command's error text,
+-- as in Redis.
+local function caught(ok, ...)
+  if ok then return ok, ... end
+  return false, error_text((...))
+end
+hidden.pcall = function(f, ...) return caught(pcall(f, ...)) end
+redis.setresp = function(n)
+  if n ~= 2 and n ~= 3 then error({err = 'ERR RESP version must be 2 or 3.'}, 0) end
+  private.resp = n
+end
+redis.error_reply = function(s)
+  if type(s) ~= 'string' then error({err = 'ERR wrong number or type of arguments'}, 0) end
+  if s:sub(1, 1) == '-' then s = s:sub(2) end
+  return {err = s}
+end
+redis.status_reply = function(s)
+  if type(s) ~= 'string' then error({err = 'ERR wrong number or type of arguments'}, 0) end
+  return {ok = s}
+end
+redis.LOG_DEBUG, redis.LOG_VERBOSE, redis.LOG_NOTICE, redis.LOG_WARNING = 0, 1, 2, 3
+-- Effects replication is the only kind since Redis 7: these are no-ops.
+redis.REPL_NONE, redis.REPL_AOF, redis.REPL_SLAVE, redis.REPL_REPLICA, redis.REPL_ALL = 0, 1, 2, 2, 3
+redis.replicate_commands = function() return true end
+redis.set_repl = function() end
+
+hidden.redis = protect(redis)
+hidden.cjson = protect(cjson)
+hidden.bit = protect(bit)
+for _, name in ipairs({'string', 'table', 'math', 'coroutine'}) do
+  hidden[name] = protect(hidden[name])
+end
+-- `("x"):rep(2)` reaches the real string table through strings' metatable:
+-- hide it so it cannot be changed that way.
+getmetatable('').__metatable = false
+hidden.rawset = function(t, k, v)
+  if readonly[t] then error('Attempt to modify a readonly table', 0) end
+  return rawset(t, k, v)
+end
+hidden._G = G
+readonly[G] = true
+setmetatable(G, {
+  __index = function(_, k)
+    local v = hidden[k]
+    if v == nil then
+      error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
+    end
+    return v
+  end,
+  __newindex = refuse,
+  __metatable = false,
+})
+return hidden, hidden.xpcall
+"#;
+
+/// A sandboxed state and the handles the runtime needs into it.
+pub(super) struct State {
+    pub lua: Lua,
+    /// The hidden global table (`KEYS` and `ARGV` are set here for each run).
+    pub globals: Table,
+    /// The real `redis` table, where each run sets `call` and `pcall`.
+    pub redis: Table,
+    /// The runtime's private table: `resp`, the protocol `redis.setresp` chose.
+    pub private: Table,
+    pub xpcall: Function,
+}
+
+pub(super) fn new_state() -> mlua::Result<State> {
+    let lua = Lua::new_with(
+        StdLib::TABLE | StdLib::STRING | StdLib::MATH,
+        LuaOptions::new(),
+    )?;
+    let redis = lua.create_table()?;
+    redis.raw_set("REDIS_VERSION", crate::REDIS_VERSION)?;
+    redis.raw_set("REDIS_VERSION_NUM", version_num(crate::REDIS_VERSION))?;
+    redis.raw_set(
+        "sha1hex",
+        lua.create_function(|_, s: mlua::String| Ok(super::sha1_hex(&s.as_bytes())))?,
+    )?;
+    redis.raw_set("log", lua.create_function(log)?)?;
+    let private = lua.create_table()?;
+    private.raw_set("resp", 2)?;
+    let (globals, xpcall): (Table, Function) = lua.load(PRELUDE).set_name("=relcache").call((
+        redis.clone(),
+        private.clone(),
+        libs::cjson(&lua)?,
+        libs::bit(&lua)?,
+        lua.create_function(|lua, e: Value| {
+            Ok(match &e {
+                Value::Error(err) => match call_error(err) {
+                    Some(text) => Value::String(lua.create_string(text)?),
+                    None => e,
+                },
+                _ => e,
+            })
+        })?,
+    ))?;
+    Ok(State {
+        lua,
+        globals,
+        redis,
+        private,
+        xpcall,
+    })
+}
+
+/// The error `redis.call` raises for a failed command: its reply's text. Raised
+/// from Rust (so the script's frame stays on the stack for the line number), it
+/// reaches Lua as an opaque error value, which [`error_table`] turns back into
+/// Redis's `{err=…}`.
+#[derive(Debug)]
+pub(super) struct CallError(pub String);
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CallError {}
+
+/// The text of a [`CallError`] inside an mlua error, if that is what it is.
+pub(super) fn call_error(e: &mlua::Error) -> Option<&str> {
+    match e {
+        mlua::Error::CallbackError { cause, .. } => call_error(cause),
+        mlua::Error::ExternalError(inner) => inner.downcast_ref::<CallError>().map(|c| &c.0[..]),
+        _ => None,
+    }
+}
+
+/// A failed `redis.call` as `{err=…}`; any other error value unchanged.
+pub(super) fn error_table(lua: &Lua, e: Value) -> mlua::Result<Value> {
+    if let Value::Error(err) = &e {
+        if let Some(text) = call_error(err) {
+            let t = lua.create_table()?;
+            t.raw_set("err", text)?;
+            return Ok(Value::Table(t));
+        }
+    }
+    Ok(e)
+}
+
+/// `7.2.4` as Redis's `0x070204`.
+fn version_num(v: &str) -> i64 {
+    v.split('.')
+        .take(3)
+        .fold(0, |n, part| (n << 8) | part.parse::<i64>().unwrap_or(0))
+}
+
+/// `redis.log(level, message…)`: to the server's log at the matching level.
+fn log(lua: &Lua, args: mlua::MultiValue) -> mlua::Result<()> {
+    let mut args = args.into_iter();
+    let level = match args.next() {
+        Some(Value::Integer(n)) => n,
+        Some(Value::Number(n)) => n as i64,
+        _ => {
+            return Err(mlua::Error::runtime(
+                "First argument must be a number (log level).",
+            ))
+        }
+    };
+    let mut msg = String::new();
+    for (i, a) in args.enumerate() {
+        if i > 0 {
+            msg.push(' ');
+        }
+        if let Some(s) = lua.coerce_string(a)? {
+            msg.push_str(&s.to_string_lossy());
+        }
+    }
+    match level {
+        0 => tracing::debug!(target: "script", "{msg}"),
+        1 => tracing::info!(target: "script", "{msg}"),
+        2 => tracing::info!(target: "script", "{msg}"),
+        3 => tracing::warn!(target: "script", "{msg}"),
+        _ => return Err(mlua::Error::runtime("Invalid debug level.")),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eval(state: &State, code: &str) -> mlua::Result<Value> {
+        state.lua.load(code).set_name("@user_script").eval()
+    }
+
+    #[test]
+    fn dangerous_libraries_are_absent_and_globals_protected() {
+        let s = new_state().unwrap();
+        for name in [
+            "os", "io", "require", "dofile", "loadfile", "debug", "package", "print",
+        ] {
+            let e = eval(&s, &format!("return {name}")).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!(
+                    "Script attempted to access nonexistent global variable '{name}'"
+                )),
+                "{name}: {e}"
+            );
+        }
+        let e = eval(&s, "x = 1").unwrap_err().to_string();
+        assert!(
+            e.contains("user_script:1: Attempt to modify a readonly table"),
+            "{e}"
+        );
+        for code in [
+            "string.x = 1",
+            "redis = nil",
+            "rawset(_G, 'x', 1)",
+            "_G.y = 2",
+        ] {
+            let e = eval(&s, code).unwrap_err().to_string();
+            assert!(
+                e.contains("Attempt to modify a readonly table"),
+                "{code}: {e}"
+            );
+        }
+        assert!(eval(&s, "local t = {} t.x = 1 return t.x").is_ok());
+        assert_eq!(version_num("7.0.15"), 0x07000f);
+    }
+}

@@ -1,0 +1,363 @@
+//! Lua scripting (issue 18): replies, errors and conversions byte for byte against
+//! a real redis-server, the script cache, the sandbox, the atomicity rule (a
+//! script locks its declared keys' shards; undeclared keys are refused), and
+//! BUSY / SCRIPT KILL.
+
+mod harness;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use harness::real_redis::RedisServer;
+use harness::{resp_cmd, TestServer};
+use relcache_protocol::resp::{parse_frame, Limits};
+
+/// A raw connection to any port: sends a request, returns the exact reply bytes.
+struct Conn {
+    s: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    fn new(port: u16) -> Conn {
+        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        Conn { s, buf: Vec::new() }
+    }
+
+    fn call(&mut self, args: &[&str]) -> Vec<u8> {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        self.s.write_all(&resp_cmd(&args)).unwrap();
+        loop {
+            if let Some((_, n)) = parse_frame(&self.buf, &Limits::default()).unwrap() {
+                return self.buf.drain(..n).collect();
+            }
+            let mut chunk = [0u8; 16 * 1024];
+            let n = self.s.read(&mut chunk).expect("reply");
+            assert!(n > 0, "connection closed after {args:?}");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    fn text(&mut self, args: &[&str]) -> String {
+        String::from_utf8_lossy(&self.call(args)).into_owned()
+    }
+}
+
+/// Scripts whose replies must be redis-server's, byte for byte: every conversion
+/// both ways, in RESP2 and RESP3, and the errors (with their `script: <sha>, on
+/// @user_script:<line>.` tail).
+const SCRIPTS: &[&[&str]] = &[
+    &["EVAL", "return 1", "0"],
+    &["EVAL", "return 3.99", "0"],
+    &["EVAL", "return -2.7", "0"],
+    &["EVAL", "return 1e20", "0"],
+    &["EVAL", "return 'hello'", "0"],
+    &["EVAL", "return true", "0"],
+    &["EVAL", "return false", "0"],
+    &["EVAL", "return nil", "0"],
+    &["EVAL", "return {1, 'a', true, false, {ok='x'}, {err='y'}}", "0"],
+    &["EVAL", "return {1, 2, nil, 3}", "0"],
+    &["EVAL", "return {1, {2, {3}}, 'x', 3.7, -2.2}", "0"],
+    &["EVAL", "return {ok='FINE'}", "0"],
+    &["EVAL", "return {err='boom'}", "0"],
+    &["EVAL", "return {err='-boom'}", "0"],
+    &["EVAL", "return redis.error_reply('My Error')", "0"],
+    &["EVAL", "return redis.error_reply('-My Error')", "0"],
+    &["EVAL", "return redis.status_reply('FINE')", "0"],
+    &["EVAL", "return {double=3.5}", "0"],
+    &["EVAL", "return {map={a=1}}", "0"],
+    &["EVAL", "return {set={a=true}}", "0"],
+    &["EVAL", "return {big_number='123'}", "0"],
+    &["EVAL", "return {verbatim_string={format='txt', string='hi'}}", "0"],
+    &["EVAL", "redis.setresp(3) return true", "0"],
+    &["EVAL", "redis.setresp(3) return false", "0"],
+    &["EVAL", "return redis.call('get', KEYS[1])", "1", "missing"],
+    &["EVAL", "return {redis.call('get', KEYS[1])}", "1", "missing"],
+    &["EVAL", "redis.setresp(3) return redis.call('get', KEYS[1]) == nil", "1", "missing"],
+    &["EVAL", "return redis.call('get', KEYS[1])", "1", "s"],
+    &["EVAL", "return redis.call('ping')", "0"],
+    &["EVAL", "local t = redis.call('ping') return type(t) .. t.ok", "0"],
+    &["EVAL", "return redis.call('set', KEYS[1], ARGV[1])", "1", "k", "v"],
+    &["EVAL", "return redis.call('incr', KEYS[1])", "1", "n"],
+    &["EVAL", "return redis.call('incrbyfloat', KEYS[1], '1.5')", "1", "f"],
+    &["EVAL", "redis.setresp(3) return redis.call('incrbyfloat', KEYS[1], '1.5')", "1", "f"],
+    &["EVAL", "return redis.call('smembers', KEYS[1])", "1", "missing"],
+    &["EVAL", "redis.setresp(3) return redis.call('smembers', KEYS[1])", "1", "missing"],
+    &["EVAL", "return {KEYS[1], KEYS[2], ARGV[1], ARGV[2], #KEYS, #ARGV}", "2", "k1", "k2", "a1", "a2"],
+    &["EVAL", "return redis.call('incr', KEYS[1])", "1", "s"],
+    &["EVAL", "\n\nreturn redis.call('incr', KEYS[1])", "1", "s"],
+    &["EVAL", "return redis.pcall('incr', KEYS[1])", "1", "s"],
+    &["EVAL", "local e = redis.pcall('incr', KEYS[1]) return e.err", "1", "s"],
+    &["EVAL", "local ok, e = pcall(redis.call, 'incr', KEYS[1]) return {tostring(ok), e}", "1", "s"],
+    &["EVAL", "return redis.call('nosuchcommand')", "0"],
+    &["EVAL", "return redis.pcall('nosuchcommand')", "0"],
+    &["EVAL", "return redis.call('get')", "0"],
+    &["EVAL", "return redis.call()", "0"],
+    &["EVAL", "return redis.call('get', {})", "0"],
+    &["EVAL", "return redis.call('multi')", "0"],
+    &["EVAL", "return redis.call('eval', 'return 1', '0')", "0"],
+    &["EVAL", "redis.setresp(4)", "0"],
+    &["EVAL", "error('xx')", "0"],
+    &["EVAL", "error({err='E1 x'})", "0"],
+    &["EVAL", "error()", "0"],
+    &["EVAL", "return 'x' .. nil", "0"],
+    &["EVAL", "syntax error here", "0"],
+    &["EVAL", "return 1", "-1"],
+    &["EVAL", "return 1", "2", "a"],
+    &["EVAL", "return 1", "x"],
+    &["EVAL_RO", "return redis.call('set', KEYS[1], 'v')", "1", "k"],
+    &["EVAL", "#!lua flags=no-writes\nreturn redis.call('set', KEYS[1], 'v')", "1", "k"],
+    &["EVAL", "#!lua flags=bogus\nreturn 1", "0"],
+    &["EVAL", "#!lua name=x\nreturn 1", "0"],
+    &["EVAL", "#!foo\nreturn 1", "0"],
+    &["EVAL", "#!lua\nreturn 2", "0"],
+    // The sandbox: no os, io, require, loadfile, dofile, print; no new globals.
+    &["EVAL", "return os.execute('ls')", "0"],
+    &["EVAL", "return io.open('/etc/passwd')", "0"],
+    &["EVAL", "return require('x')", "0"],
+    &["EVAL", "return loadfile('/etc/passwd')", "0"],
+    &["EVAL", "return dofile('/etc/passwd')", "0"],
+    &["EVAL", "print('x')", "0"],
+    &["EVAL", "x = 1", "0"],
+    &["EVAL", "string.foo = 1", "0"],
+    &["EVAL", "_G.x = 1", "0"],
+    &["EVAL", "rawset(_G, 'x', 1)", "0"],
+    &["EVAL", "local t = {} t.x = 1 return t.x", "0"],
+    &["EVAL", "return {type(cjson), type(bit), type(loadstring), type(unpack), _VERSION}", "0"],
+    &["EVAL", "return cjson.encode({1, 2, 3})", "0"],
+    &["EVAL", "return cjson.decode('[1,2,{\"a\":\"x\"}]')[3].a", "0"],
+    &["EVAL", "return {bit.band(0xff, 0x0f), bit.bor(1, 2), bit.bxor(3, 1), bit.lshift(1, 31), bit.tohex(255), bit.bnot(0)}", "0"],
+    &["EVAL", "return redis.sha1hex('abc')", "0"],
+    &["EVAL", "return redis.LOG_WARNING", "0"],
+    &["EVALSHA", "ffffffffffffffffffffffffffffffffffffffff", "0"],
+    &["SCRIPT", "KILL"],
+    &["SCRIPT", "FLUSH", "bogus"],
+];
+
+fn compare(ours: &mut Conn, theirs: &mut Conn, proto: &str) {
+    for c in [&mut *ours, &mut *theirs] {
+        c.call(&["HELLO", proto]);
+        c.call(&["FLUSHALL"]);
+        c.call(&["SET", "s", "str"]);
+    }
+    for script in SCRIPTS {
+        let want = theirs.text(script);
+        let got = ours.text(script);
+        assert_eq!(got, want, "RESP{proto} reply to {script:?}");
+    }
+}
+
+#[test]
+fn replies_and_errors_match_redis_byte_for_byte() {
+    let s = TestServer::start();
+    let r = RedisServer::start();
+    let (mut ours, mut theirs) = (Conn::new(s.port), Conn::new(r.port));
+    compare(&mut ours, &mut theirs, "2");
+    compare(&mut ours, &mut theirs, "3");
+}
+
+#[test]
+fn evalsha_finds_what_eval_and_script_load_cached_until_flush() {
+    let s = TestServer::start();
+    let mut c = Conn::new(s.port);
+    let sha = "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"; // sha1("return 1")
+    assert_eq!(
+        c.text(&["SCRIPT", "EXISTS", sha, "nope"]),
+        "*2\r\n:0\r\n:0\r\n"
+    );
+    assert_eq!(c.text(&["EVAL", "return 1", "0"]), ":1\r\n");
+    assert_eq!(c.text(&["EVALSHA", sha, "0"]), ":1\r\n");
+    assert_eq!(c.text(&["EVALSHA", &sha.to_uppercase(), "0"]), ":1\r\n");
+    assert_eq!(
+        c.text(&["SCRIPT", "EXISTS", sha, "nope"]),
+        "*2\r\n:1\r\n:0\r\n"
+    );
+    assert_eq!(c.text(&["SCRIPT", "FLUSH", "ASYNC"]), "+OK\r\n");
+    assert_eq!(
+        c.text(&["EVALSHA", sha, "0"]),
+        "-NOSCRIPT No matching script. Please use EVAL.\r\n"
+    );
+    let loaded = c.text(&["SCRIPT", "LOAD", "return ARGV[1]"]);
+    let loaded_sha = loaded.lines().nth(1).unwrap().to_string();
+    assert_eq!(loaded_sha.len(), 40);
+    // From another connection (another worker thread, maybe): the cache is shared.
+    let mut other = Conn::new(s.port);
+    assert_eq!(
+        other.text(&["EVALSHA_RO", &loaded_sha, "0", "x"]),
+        "$1\r\nx\r\n"
+    );
+    assert!(c
+        .text(&["SCRIPT", "LOAD", "not lua"])
+        .starts_with("-ERR Error compiling script"));
+    assert_eq!(c.text(&["SCRIPT", "FLUSH"]), "+OK\r\n");
+    assert_eq!(c.text(&["SCRIPT", "EXISTS", &loaded_sha]), "*1\r\n:0\r\n");
+}
+
+#[test]
+fn an_undeclared_key_is_refused_unless_the_script_says_so() {
+    let s = TestServer::start();
+    let mut c = Conn::new(s.port);
+    c.call(&["SET", "other", "1"]);
+    let refused = c.text(&["EVAL", "return redis.call('get', 'other')", "0"]);
+    assert!(
+        refused.starts_with(
+            "-ERR Script attempted to access key 'other', which it did not declare in KEYS"
+        ),
+        "{refused}"
+    );
+    let keyspace = c.text(&["EVAL", "return redis.call('keys', '*')", "1", "k"]);
+    assert!(keyspace.contains("the whole keyspace"), "{keyspace}");
+    assert_eq!(
+        c.text(&[
+            "EVAL",
+            "#!lua flags=allow-undeclared-keys\nreturn redis.call('get', 'other')",
+            "0"
+        ]),
+        "$1\r\n1\r\n"
+    );
+    c.call(&["CONFIG", "SET", "lua-allow-undeclared-keys", "yes"]);
+    assert_eq!(
+        c.text(&["EVAL", "return redis.call('keys', '*')", "0"]),
+        "*1\r\n$5\r\nother\r\n"
+    );
+}
+
+/// A script that reads a counter, spins, and writes it + 1 races plain INCRs from
+/// other clients: no update is lost, because the script holds its key's shard for
+/// its whole run. Meanwhile a client working on a key of another shard is served
+/// while a (deliberately long) script still runs.
+#[test]
+fn a_script_is_atomic_on_its_keys_and_other_shards_keep_serving() {
+    let s = TestServer::start();
+    let port = s.port;
+    let rmw = "local v = tonumber(redis.call('get', KEYS[1]) or '0') \
+               for i = 1, 20000 do end \
+               return redis.call('set', KEYS[1], v + 1)";
+    let (scripts, incrs) = (150, 300);
+    let mut threads = Vec::new();
+    for _ in 0..2 {
+        threads.push(std::thread::spawn(move || {
+            let mut c = Conn::new(port);
+            for _ in 0..scripts {
+                assert_eq!(c.text(&["EVAL", rmw, "1", "counter"]), "+OK\r\n");
+            }
+        }));
+        threads.push(std::thread::spawn(move || {
+            let mut c = Conn::new(port);
+            for _ in 0..incrs {
+                assert!(c.text(&["INCR", "counter"]).starts_with(':'));
+            }
+        }));
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut c = Conn::new(port);
+    let want = 2 * (scripts + incrs);
+    assert_eq!(
+        c.text(&["GET", "counter"]),
+        format!("${}\r\n{want}\r\n", want.to_string().len())
+    );
+
+    // A script spinning for seconds on `slow`. With a 1 ms threshold, a key that
+    // shares its shard is answered BUSY at once instead of waiting, so the loop
+    // below finds a key of another shard; that one must be served.
+    let mut c = Conn::new(port);
+    c.call(&["CONFIG", "SET", "busy-reply-threshold", "1"]);
+    let done = Arc::new(AtomicBool::new(false));
+    let d = done.clone();
+    let long = std::thread::spawn(move || {
+        let mut c = Conn::new(port);
+        let r = c.text(&[
+            "EVAL",
+            "for i = 1, 300000000 do end return redis.call('set', KEYS[1], 'x')",
+            "1",
+            "slow",
+        ]);
+        d.store(true, Ordering::SeqCst);
+        r
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let served = (0..64).find(|i| c.text(&["SET", &format!("fast{i}"), "1"]) == "+OK\r\n");
+    assert!(served.is_some(), "no key of another shard was served");
+    assert!(
+        !done.load(Ordering::SeqCst),
+        "the long script finished before another shard's SET was answered"
+    );
+    assert_eq!(long.join().unwrap(), "+OK\r\n");
+}
+
+#[test]
+fn busy_then_script_kill() {
+    let s = TestServer::start();
+    let port = s.port;
+    let mut c = Conn::new(port);
+    assert_eq!(
+        c.text(&["SCRIPT", "KILL"]),
+        "-NOTBUSY No scripts in execution right now.\r\n"
+    );
+    c.call(&["CONFIG", "SET", "busy-reply-threshold", "100"]);
+    let spinner = std::thread::spawn(move || {
+        let mut c = Conn::new(port);
+        c.text(&["EVAL", "local i = 0 while true do i = i + 1 end", "1", "k"])
+    });
+    // Until the script has run past the threshold, a GET of its key waits; after,
+    // it is answered BUSY. A key-less command is served all along.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert_eq!(c.text(&["PING"]), "+PONG\r\n");
+        let mut g = Conn::new(port);
+        let r = g.text(&["GET", "k"]);
+        if r.starts_with("-BUSY") {
+            assert_eq!(
+                r,
+                "-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "never BUSY: {r}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(c.text(&["SCRIPT", "KILL"]), "+OK\r\n");
+    let killed = spinner.join().unwrap();
+    assert!(
+        killed.starts_with("-ERR Script killed by user with SCRIPT KILL... script: ")
+            && killed.ends_with(", on @user_script:1.\r\n"),
+        "{killed}"
+    );
+    assert_eq!(c.text(&["GET", "k"]), "$-1\r\n");
+    assert_eq!(
+        c.text(&["SCRIPT", "KILL"]),
+        "-NOTBUSY No scripts in execution right now.\r\n"
+    );
+
+    // A script that wrote cannot be killed: it runs to its end.
+    let writer = std::thread::spawn(move || {
+        let mut c = Conn::new(port);
+        c.text(&[
+            "EVAL",
+            "redis.call('set', KEYS[1], 'w') for i = 1, 200000000 do end return 1",
+            "1",
+            "k",
+        ])
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = c.text(&["SCRIPT", "KILL"]);
+        if r.starts_with("-UNKILLABLE") {
+            assert!(
+                r.starts_with("-UNKILLABLE Sorry the script already executed write commands"),
+                "{r}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "never UNKILLABLE: {r}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(writer.join().unwrap(), ":1\r\n");
+    assert_eq!(c.text(&["GET", "k"]), "$1\r\nw\r\n");
+}
