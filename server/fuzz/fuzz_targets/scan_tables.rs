@@ -165,7 +165,7 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
                     .filter(|i| {
                         pattern
                             .as_ref()
-                            .map_or(true, |p| glob(p.as_bytes(), &arg(*i)))
+                            .is_none_or(|p| glob(p.as_bytes(), &arg(*i)))
                     })
                     .collect();
                 assert_eq!(seen, want, "SSCAN COUNT {n} MATCH {pattern:?}");
