@@ -53,7 +53,12 @@ impl Harness {
         let info = self
             .server
             .clients
-            .register(addr, self.server.local_addr, &self.server.shutdown, usize::MAX)
+            .register(
+                addr,
+                self.server.local_addr,
+                &self.server.shutdown,
+                usize::MAX,
+            )
             .expect("no client limit");
         let authenticated = self.server.config.requirepass.read().is_none();
         let session = Session::new(info, authenticated);
