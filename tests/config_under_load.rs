@@ -62,8 +62,8 @@ const SKIPPED: &[&str] = &["requirepass", "port", "bind", "tcp-backlog", "databa
 fn cuts_clients_off(param: &str, value: &str) -> bool {
     let n: i64 = value.parse().unwrap_or(-1);
     match param {
-        "timeout" => n > 0 && n < 3600,
-        "maxclients" => n >= 0 && n < 100,
+        "timeout" => (1..3600).contains(&n),
+        "maxclients" => (0..100).contains(&n),
         _ => false,
     }
 }
