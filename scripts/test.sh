@@ -42,3 +42,7 @@ echo "== cargo test"
 # Unit, integration and doc tests of every crate. Benchmarks are built (clippy above
 # compiles every target) but run only by hand with `cargo bench`.
 cargo test --workspace
+echo "== cargo check server/fuzz"
+# The server's fuzz targets live outside the workspace (FUZZING.md); checking them on
+# stable keeps them compiling against the server's API. Shares the workspace's target.
+(cd server/fuzz && CARGO_TARGET_DIR="$PWD/../../target" cargo check --locked)

@@ -61,7 +61,7 @@ pub async fn serve(server: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>
 
 /// The decoder's limits for this client now: `proto-max-bulk-len`, and Redis 7's
 /// tighter ones until a client that must authenticate has done so.
-fn limits(server: &Server, session: &Session) -> Limits {
+pub(crate) fn limits(server: &Server, session: &Session) -> Limits {
     Limits {
         max_bulk_len: server.config.proto_max_bulk_len.load(Relaxed) as usize,
         unauthenticated: !session.authenticated,

@@ -15,6 +15,9 @@ mod conn;
 mod cron;
 mod db;
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod glob;
 mod listen;
 mod longdouble;

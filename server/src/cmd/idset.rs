@@ -37,6 +37,8 @@
 //! different ids commute, so only arrival out of sequence order costs a reload, and
 //! that is rare: it takes two writes to one user within a network delay.
 
+use std::sync::atomic::Ordering::Relaxed;
+
 use bytes::{BufMut, Bytes, BytesMut};
 use relcache_protocol::idset::{self, Packed, TableRef};
 use relcache_protocol::resp::Frame;
@@ -229,6 +231,7 @@ fn load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             i += 2;
         } else if eq_ic(opt, "RESERVE") {
             reserve = usize::try_from(parse_i64(value)?).map_err(|_| CmdError::NotInteger)?;
+            check_reserve(ctx, reserve)?;
             i += 2;
         } else if eq_ic(opt, "LEASE") {
             lease_token = Some(lease::parse_token(value)?);
@@ -276,6 +279,19 @@ fn load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let expire_at = expire_ms.map_or(0, |ms| v.now_ms().saturating_add(ms as u64));
     v.insert(key, Value::IdSet(set), expire_at);
     Ok(Frame::Integer(len as i64))
+}
+
+/// RESERVE may not make a table larger than a client may send one
+/// (`proto-max-bulk-len`, as SETRANGE and APPEND are bounded): otherwise a short
+/// command could ask for any amount of memory, and a failed allocation aborts.
+fn check_reserve(ctx: &Ctx<'_, '_>, reserve: usize) -> Result<(), CmdError> {
+    let max = ctx.server.config.proto_max_bulk_len.load(Relaxed);
+    match idset::Builder::new().capacity_for(reserve as u64) {
+        Ok(capacity) if idset::table_len(capacity) <= max => Ok(()),
+        _ => Err(CmdError::err(
+            "RESERVE makes the table exceed the maximum allowed size (proto-max-bulk-len)",
+        )),
+    }
 }
 
 fn exists(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
