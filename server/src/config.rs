@@ -158,6 +158,10 @@ pub struct Config {
     /// Read only when memory is over the limit, so a lock costs nothing that matters.
     pub maxmemory_policy: RwLock<EvictionPolicy>,
     pub maxmemory_samples: AtomicU64,
+    /// `maxmemory-clients`: bytes, or a percentage of `maxmemory` when
+    /// `maxmemory_clients_percent` is set (0 = no limit).
+    maxmemory_clients: AtomicU64,
+    maxmemory_clients_percent: AtomicBool,
     /// Idle client timeout in seconds (0 = never).
     pub timeout: AtomicU64,
     pub proto_max_bulk_len: AtomicU64,
@@ -209,6 +213,8 @@ impl Default for Config {
             // A cache evicts by default.
             maxmemory_policy: RwLock::new(EvictionPolicy::AllKeysLru),
             maxmemory_samples: AtomicU64::new(5),
+            maxmemory_clients: AtomicU64::new(0),
+            maxmemory_clients_percent: AtomicBool::new(false),
             timeout: AtomicU64::new(0),
             proto_max_bulk_len: AtomicU64::new(512 * 1024 * 1024),
             client_query_buffer_limit: AtomicU64::new(1024 * 1024 * 1024),
@@ -386,6 +392,39 @@ pub static PARAMS: &[Param] = &[
         help: "Keys sampled per eviction round (1-64)",
         get: |c| get_u(&c.maxmemory_samples),
         set: |c, v| set_u(&c.maxmemory_samples, v, 1, 64),
+    },
+    Param {
+        name: "maxmemory-clients",
+        mutable: true,
+        help: "Memory all clients' buffers may hold together, in bytes or as a percentage of maxmemory (10%); past it the clients using the most are closed (0 = no limit)",
+        get: |c| {
+            let n = c.maxmemory_clients.load(Relaxed);
+            if c.maxmemory_clients_percent.load(Relaxed) && n > 0 {
+                format!("{n}%")
+            } else {
+                n.to_string()
+            }
+        },
+        set: |c, v| {
+            let (n, percent) = match v.strip_suffix('%') {
+                Some(p) => {
+                    let n = p
+                        .parse::<u64>()
+                        .map_err(|_| "argument must be a memory or percent value")?;
+                    if n > 100 {
+                        return Err("percentage argument must be less or equal to 100".into());
+                    }
+                    (n, true)
+                }
+                None => (
+                    parse_memory(v).ok_or("argument must be a memory or percent value")?,
+                    false,
+                ),
+            };
+            c.maxmemory_clients.store(n, Relaxed);
+            c.maxmemory_clients_percent.store(percent, Relaxed);
+            Ok(())
+        },
     },
     Param {
         name: "timeout",
@@ -722,6 +761,18 @@ impl Config {
             soft: self.output_soft.load(Relaxed),
             soft_seconds: self.output_soft_seconds.load(Relaxed),
         }
+    }
+
+    /// The bound on client memory `maxmemory-clients` sets now, in bytes (`None`:
+    /// no bound, which a percentage of an unlimited `maxmemory` also means).
+    pub fn maxmemory_clients(&self) -> Option<u64> {
+        let n = self.maxmemory_clients.load(Relaxed);
+        let bytes = if self.maxmemory_clients_percent.load(Relaxed) {
+            self.maxmemory.load(Relaxed).saturating_mul(n) / 100
+        } else {
+            n
+        };
+        (bytes > 0).then_some(bytes)
     }
 
     /// The eviction policy in force.
