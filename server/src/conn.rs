@@ -44,9 +44,6 @@ const EAGER_FLUSH: usize = 64 * 1024;
 /// Argument slots kept from one request to the next; a request with more gets a
 /// vector of its own (a 5M-id SADD needs 160 MB of slots), freed once it has run.
 const ARGS_KEEP: usize = 16;
-/// The decoder's table of argument positions is renewed between requests once it
-/// is larger than this (one huge request must not pin its table).
-const SCRATCH_KEEP: usize = 1024;
 
 thread_local! {
     /// Where a connection with no input buffered reads: one per worker thread, so
@@ -180,6 +177,18 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
             }
         }
 
+        if rbuf.is_empty() {
+            // No request under way: the buffer (which may still be part of the
+            // last large request's allocation), the argument vector and the
+            // decoder's table go, so an idle connection holds nothing.
+            // Before the write, so a client that has its reply finds them gone.
+            rbuf = BytesMut::new();
+            args = Vec::new();
+            if decoder.scratch_bytes() > 0 {
+                decoder = RequestDecoder::new(limits(server, session));
+            }
+        }
+
         // 2. One write for the whole batch.
         if !wbuf.is_empty() {
             match try_write(server, stream, &mut wbuf) {
@@ -193,14 +202,6 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
         }
         if let Some(why) = output_over_limit(server, &wbuf, &mut over_soft_since) {
             return Closed::Limit(why);
-        }
-        if rbuf.is_empty() {
-            // No request under way: the buffer (which may still be part of the
-            // last large request's allocation) and a grown decoder table go.
-            rbuf = BytesMut::new();
-            if decoder.scratch_bytes() > SCRATCH_KEEP {
-                decoder = RequestDecoder::new(limits(server, session));
-            }
         }
         let now = footprint(&rbuf, &wbuf, &args, 0, &decoder);
         client_memory::publish(server, &info, &mut published, now);
