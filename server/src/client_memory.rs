@@ -132,7 +132,7 @@ pub fn evict_clients(server: &Server) {
             candidates.push((mem, c));
         }
     }
-    candidates.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    candidates.sort_unstable_by_key(|c| std::cmp::Reverse(c.0));
     for (mem, c) in candidates {
         if total <= limit {
             break;

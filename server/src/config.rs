@@ -839,6 +839,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn maxmemory_clients_is_bytes_or_a_share_of_maxmemory() {
+        let c = Config::default();
+        assert_eq!(c.maxmemory_clients(), None);
+        c.set("maxmemory-clients", "10%", false).unwrap();
+        assert_eq!(c.get("maxmemory-clients").unwrap(), "10%");
+        // A share of no limit is no limit.
+        assert_eq!(c.maxmemory_clients(), None);
+        c.set("maxmemory", "100mb", false).unwrap();
+        assert_eq!(c.maxmemory_clients(), Some(10 * 1024 * 1024));
+        c.set("maxmemory-clients", "1mb", false).unwrap();
+        assert_eq!(c.get("maxmemory-clients").unwrap(), "1048576");
+        assert_eq!(c.maxmemory_clients(), Some(1024 * 1024));
+        assert!(c.set("maxmemory-clients", "101%", false).is_err());
+        assert!(c.set("maxmemory-clients", "-1", false).is_err());
+        c.set("maxmemory-clients", "0%", false).unwrap();
+        assert_eq!(c.get("maxmemory-clients").unwrap(), "0");
+        assert_eq!(c.maxmemory_clients(), None);
+    }
+
+    #[test]
     fn memory_units() {
         assert_eq!(parse_memory("64mb"), Some(64 << 20));
         assert_eq!(parse_memory("2GB"), Some(2 << 30));
