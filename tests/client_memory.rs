@@ -140,6 +140,8 @@ fn an_idle_connection_costs_about_what_it_costs_in_redis() {
     const N: usize = 1000;
     let srv = TestServer::start();
     let mut con = srv.conn();
+    // The harness's readiness probe may not have been let go yet.
+    wait_clients(&mut con, 1);
     let used_before = used_memory(&mut con);
     let clients_before = clients_memory(&mut con);
     let socks = idle_connections(srv.port, N);
@@ -222,6 +224,7 @@ fn a_connection_gives_back_what_its_largest_request_took() {
     let mut s = srv.raw();
     s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
     let id = raw_id(&mut s);
+    wait_clients(&mut con, 2);
     let used_before = used_memory(&mut con);
     let clients_before = clients_memory(&mut con);
 
@@ -327,6 +330,7 @@ fn a_request_still_arriving_evicts_nothing_under_maxmemory() {
     let srv = TestServer::start_with(&["--maxmemory", "64mb"]);
     let mut con = srv.conn();
     fill(&mut con, 400, 100_000);
+    wait_clients(&mut con, 1);
     let clients_before = clients_memory(&mut con);
 
     let mut slow = srv.raw();
@@ -362,6 +366,7 @@ fn tot_mem_and_mem_clients_normal_follow_a_request() {
     let mut con = srv.conn();
     let mut s = srv.raw();
     let id = raw_id(&mut s);
+    wait_clients(&mut con, 2);
     let clients_before = clients_memory(&mut con);
     let idle_tot = client_num(&mut con, id, "tot-mem");
     assert_eq!(client_num(&mut con, id, "qbuf"), 0);
@@ -385,6 +390,18 @@ fn tot_mem_and_mem_clients_normal_follow_a_request() {
     assert_eq!(client_num(&mut con, id, "tot-mem"), idle_tot);
     assert_eq!(client_num(&mut con, id, "qbuf"), 0);
     assert_eq!(clients_memory(&mut con), clients_before);
+
+    // Commands MULTI queued are the client's too, until EXEC or DISCARD.
+    harness::roundtrip(&mut s, b"MULTI\r\n", b"+OK\r\n");
+    start_big_set(&mut s, "q", 1024 * 1024, 1024 * 1024).unwrap();
+    s.write_all(b"\r\n").unwrap();
+    assert_eq!(harness::read_line(&mut s), b"+QUEUED\r\n");
+    let multi = client_num(&mut con, id, "multi-mem");
+    assert!(multi >= 1024 * 1024, "multi-mem {multi}");
+    assert_eq!(client_num(&mut con, id, "tot-mem"), idle_tot + multi);
+    harness::roundtrip(&mut s, b"DISCARD\r\n", b"+OK\r\n");
+    assert_eq!(client_num(&mut con, id, "multi-mem"), 0);
+    assert_eq!(client_num(&mut con, id, "tot-mem"), idle_tot);
     let stats: redis::Value = redis::cmd("MEMORY").arg("STATS").query(&mut con).unwrap();
     let text = format!("{stats:?}");
     assert!(text.contains("clients.normal"), "{text}");
@@ -404,6 +421,7 @@ fn maxmemory_clients_closes_the_biggest_client_and_leaves_data_alone() {
         .query(&mut con)
         .unwrap();
     fill(&mut con, 100, 1000);
+    wait_clients(&mut con, 1);
     let mut idle = srv.raw();
     let idle_id = raw_id(&mut idle);
 

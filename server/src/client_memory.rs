@@ -39,6 +39,8 @@ pub struct Footprint {
     pub argv: usize,
     /// The argument vector and the decoder's table of where arguments lie.
     pub scratch: usize,
+    /// The commands MULTI has queued (`multi-mem`).
+    pub multi: usize,
     /// Reply bytes waiting to be written, and the reply buffer's allocation.
     pub output_len: usize,
     pub output_alloc: usize,
@@ -48,8 +50,12 @@ impl Footprint {
     /// Redis's `tot-mem`: every byte this client holds.
     pub fn total(&self) -> u64 {
         FIXED
-            + (self.query_len + self.query_free + self.argv + self.scratch + self.output_alloc)
-                as u64
+            + (self.query_len
+                + self.query_free
+                + self.argv
+                + self.scratch
+                + self.multi
+                + self.output_alloc) as u64
     }
 }
 
@@ -59,6 +65,7 @@ pub struct ClientMem {
     pub qbuf: AtomicU64,
     pub qbuf_free: AtomicU64,
     pub argv: AtomicU64,
+    pub multi: AtomicU64,
     pub output_len: AtomicU64,
     pub output_alloc: AtomicU64,
     pub total: AtomicU64,
@@ -70,6 +77,7 @@ impl Default for ClientMem {
             qbuf: AtomicU64::new(0),
             qbuf_free: AtomicU64::new(0),
             argv: AtomicU64::new(0),
+            multi: AtomicU64::new(0),
             output_len: AtomicU64::new(0),
             output_alloc: AtomicU64::new(0),
             total: AtomicU64::new(FIXED),
@@ -94,6 +102,7 @@ pub fn publish(server: &Server, info: &ClientInfo, last: &mut Footprint, now: Fo
     m.qbuf.store(now.query_len as u64, Relaxed);
     m.qbuf_free.store(now.query_free as u64, Relaxed);
     m.argv.store(now.argv as u64, Relaxed);
+    m.multi.store(now.multi as u64, Relaxed);
     m.output_len.store(now.output_len as u64, Relaxed);
     m.output_alloc.store(now.output_alloc as u64, Relaxed);
     let (before, after) = (last.total(), now.total());
@@ -155,11 +164,12 @@ mod tests {
             query_free: 90,
             argv: 1000,
             scratch: 64,
+            multi: 300,
             output_len: 5,
             output_alloc: 8,
         };
         // Pending output lives inside its allocation: counted once.
-        assert_eq!(f.total(), FIXED + 10 + 90 + 1000 + 64 + 8);
+        assert_eq!(f.total(), FIXED + 10 + 90 + 1000 + 64 + 300 + 8);
         assert_eq!(Footprint::default().total(), FIXED);
     }
 }

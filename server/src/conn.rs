@@ -133,7 +133,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                         // Its bytes are this client's until a command stores them:
                         // published first, so making room for it under maxmemory
                         // does not take them for data.
-                        let now = footprint(&rbuf, &wbuf, &args, size, &decoder);
+                        let now = footprint(&rbuf, &wbuf, &args, size, &decoder, session);
                         client_memory::publish(server, &info, &mut published, now);
                         offload(|| cmd::dispatch(server, session, &args, &mut wbuf, None))
                     } else {
@@ -188,6 +188,13 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                 decoder = RequestDecoder::new(limits(server, session));
             }
         }
+        // What the batch left on the input side (and in MULTI's queue) is published
+        // before its replies go out, so a client that has its reply sees it; the
+        // reply buffer is published after the write, which usually frees it (a
+        // batch of small requests thus publishes nothing).
+        let mut now = footprint(&rbuf, &wbuf, &args, 0, &decoder, session);
+        (now.output_len, now.output_alloc) = (published.output_len, published.output_alloc);
+        client_memory::publish(server, &info, &mut published, now);
 
         // 2. One write for the whole batch.
         if !wbuf.is_empty() {
@@ -203,7 +210,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
         if let Some(why) = output_over_limit(server, &wbuf, &mut over_soft_since) {
             return Closed::Limit(why);
         }
-        let now = footprint(&rbuf, &wbuf, &args, 0, &decoder);
+        let now = footprint(&rbuf, &wbuf, &args, 0, &decoder, session);
         client_memory::publish(server, &info, &mut published, now);
         // Requests held back while the output was over the soft limit are already
         // here: once the write brought it under, run them rather than wait for input
@@ -333,12 +340,14 @@ fn footprint(
     args: &Vec<Bytes>,
     argv: usize,
     decoder: &RequestDecoder,
+    session: &Session,
 ) -> Footprint {
     Footprint {
         query_len: rbuf.len(),
         query_free: rbuf.capacity() - rbuf.len(),
         argv,
         scratch: args.capacity() * std::mem::size_of::<Bytes>() + decoder.scratch_bytes(),
+        multi: session.multi.as_ref().map_or(0, |m| m.bytes),
         output_len: wbuf.len(),
         output_alloc: wbuf.capacity(),
     }

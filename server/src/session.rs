@@ -101,8 +101,9 @@ impl ClientInfo {
             None => (published_argv, m.total()),
         };
         let (rbs, pending) = (m.output_alloc.load(Relaxed), m.output_len.load(Relaxed));
+        let multi_mem = m.multi.load(Relaxed);
         format!(
-            "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={flags} db=0 sub=0 psub=0 ssub=0 multi={multi} qbuf={} qbuf-free={} argv-mem={argv} multi-mem=0 rbs={rbs} rbp={rbs} obl={pending} oll=0 omem={pending} tot-mem={total} events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={flags} db=0 sub=0 psub=0 ssub=0 multi={multi} qbuf={} qbuf-free={} argv-mem={argv} multi-mem={multi_mem} rbs={rbs} rbp={rbs} obl={pending} oll=0 omem={pending} tot-mem={total} events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -211,8 +212,20 @@ impl Clients {
 #[derive(Default)]
 pub struct Multi {
     pub queued: Vec<Vec<Bytes>>,
+    /// What the queued commands hold (CLIENT LIST's `multi-mem`).
+    pub bytes: usize,
     /// A command failed to queue (unknown, wrong arity): EXEC will abort.
     pub failed: bool,
+}
+
+impl Multi {
+    /// Queues a command for EXEC.
+    pub fn queue(&mut self, args: &[Bytes]) {
+        self.bytes += args.iter().map(|a| a.len()).sum::<usize>()
+            + std::mem::size_of_val(args)
+            + std::mem::size_of::<Vec<Bytes>>();
+        self.queued.push(args.to_vec());
+    }
 }
 
 /// What one connection knows about itself.
