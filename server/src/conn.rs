@@ -129,12 +129,15 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                 Ok(true) => {
                     let authenticated = session.authenticated;
                     let size: usize = args.iter().map(|a| a.len()).sum();
-                    let flow = if size > LARGE_REQUEST {
+                    if size > READ_CHUNK {
                         // Its bytes are this client's until a command stores them:
                         // published first, so making room for it under maxmemory
-                        // does not take them for data.
+                        // does not take them for data. (A smaller request counts
+                        // as data for the moment it runs: the slack is a read.)
                         let now = footprint(&rbuf, &wbuf, &args, size, &decoder, session);
                         client_memory::publish(server, &info, &mut published, now);
+                    }
+                    let flow = if size > LARGE_REQUEST {
                         offload(|| cmd::dispatch(server, session, &args, &mut wbuf, None))
                     } else {
                         cmd::dispatch(server, session, &args, &mut wbuf, None)
