@@ -158,6 +158,10 @@ pub struct Config {
     /// Read only when memory is over the limit, so a lock costs nothing that matters.
     pub maxmemory_policy: RwLock<EvictionPolicy>,
     pub maxmemory_samples: AtomicU64,
+    /// `maxmemory-clients`: bytes, or a percentage of `maxmemory` when
+    /// `maxmemory_clients_percent` is set (0 = no limit).
+    maxmemory_clients: AtomicU64,
+    maxmemory_clients_percent: AtomicBool,
     /// Idle client timeout in seconds (0 = never).
     pub timeout: AtomicU64,
     pub proto_max_bulk_len: AtomicU64,
@@ -221,6 +225,8 @@ impl Default for Config {
             // A cache evicts by default.
             maxmemory_policy: RwLock::new(EvictionPolicy::AllKeysLru),
             maxmemory_samples: AtomicU64::new(5),
+            maxmemory_clients: AtomicU64::new(0),
+            maxmemory_clients_percent: AtomicBool::new(false),
             timeout: AtomicU64::new(0),
             proto_max_bulk_len: AtomicU64::new(512 * 1024 * 1024),
             client_query_buffer_limit: AtomicU64::new(1024 * 1024 * 1024),
@@ -404,6 +410,39 @@ pub static PARAMS: &[Param] = &[
         help: "Keys sampled per eviction round (1-64)",
         get: |c| get_u(&c.maxmemory_samples),
         set: |c, v| set_u(&c.maxmemory_samples, v, 1, 64),
+    },
+    Param {
+        name: "maxmemory-clients",
+        mutable: true,
+        help: "Memory all clients' buffers may hold together, in bytes or as a percentage of maxmemory (10%); past it the clients using the most are closed (0 = no limit)",
+        get: |c| {
+            let n = c.maxmemory_clients.load(Relaxed);
+            if c.maxmemory_clients_percent.load(Relaxed) && n > 0 {
+                format!("{n}%")
+            } else {
+                n.to_string()
+            }
+        },
+        set: |c, v| {
+            let (n, percent) = match v.strip_suffix('%') {
+                Some(p) => {
+                    let n = p
+                        .parse::<u64>()
+                        .map_err(|_| "argument must be a memory or percent value")?;
+                    if n > 100 {
+                        return Err("percentage argument must be less or equal to 100".into());
+                    }
+                    (n, true)
+                }
+                None => (
+                    parse_memory(v).ok_or("argument must be a memory or percent value")?,
+                    false,
+                ),
+            };
+            c.maxmemory_clients.store(n, Relaxed);
+            c.maxmemory_clients_percent.store(percent, Relaxed);
+            Ok(())
+        },
     },
     Param {
         name: "timeout",
@@ -842,6 +881,18 @@ impl Config {
         }
     }
 
+    /// The bound on client memory `maxmemory-clients` sets now, in bytes (`None`:
+    /// no bound, which a percentage of an unlimited `maxmemory` also means).
+    pub fn maxmemory_clients(&self) -> Option<u64> {
+        let n = self.maxmemory_clients.load(Relaxed);
+        let bytes = if self.maxmemory_clients_percent.load(Relaxed) {
+            self.maxmemory.load(Relaxed).saturating_mul(n) / 100
+        } else {
+            n
+        };
+        (bytes > 0).then_some(bytes)
+    }
+
     /// The eviction policy in force.
     pub fn policy(&self) -> EvictionPolicy {
         *self.maxmemory_policy.read()
@@ -904,6 +955,26 @@ pub fn split_args(line: &str) -> Option<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn maxmemory_clients_is_bytes_or_a_share_of_maxmemory() {
+        let c = Config::default();
+        assert_eq!(c.maxmemory_clients(), None);
+        c.set("maxmemory-clients", "10%", false).unwrap();
+        assert_eq!(c.get("maxmemory-clients").unwrap(), "10%");
+        // A share of no limit is no limit.
+        assert_eq!(c.maxmemory_clients(), None);
+        c.set("maxmemory", "100mb", false).unwrap();
+        assert_eq!(c.maxmemory_clients(), Some(10 * 1024 * 1024));
+        c.set("maxmemory-clients", "1mb", false).unwrap();
+        assert_eq!(c.get("maxmemory-clients").unwrap(), "1048576");
+        assert_eq!(c.maxmemory_clients(), Some(1024 * 1024));
+        assert!(c.set("maxmemory-clients", "101%", false).is_err());
+        assert!(c.set("maxmemory-clients", "-1", false).is_err());
+        c.set("maxmemory-clients", "0%", false).unwrap();
+        assert_eq!(c.get("maxmemory-clients").unwrap(), "0");
+        assert_eq!(c.maxmemory_clients(), None);
+    }
 
     #[test]
     fn memory_units() {

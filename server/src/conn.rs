@@ -8,21 +8,29 @@
 //! closes this connection only. A framing error gets Redis's `-ERR Protocol error`
 //! and a close; a bad *command* gets an error reply and the connection stays open.
 //!
+//! An idle connection holds no buffer: input is read into the worker thread's
+//! scratch and only what arrived is kept, and every buffer, the argument vector and
+//! the decoder's table are given back once empty (Redis 7 frees idle query buffers
+//! in its cron; here it happens at the end of each batch). What the buffers hold is
+//! published as the client's memory ([`crate::client_memory`]), apart from data.
+//!
 //! This is only the I/O loop: what each request asks of it comes back from
 //! [`cmd::dispatch`] as a [`Flow`], and a command that has to wait is kept and
 //! woken by [`crate::blocking`].
 
+use std::cell::RefCell;
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use relcache_protocol::resp::{Frame, Limits, RequestDecoder};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::blocking::{self, Parked};
+use crate::client_memory::{self, Footprint};
 use crate::cmd::{self, Flow};
 use crate::observe::monitor;
 use crate::offload::{offload, LARGE_REQUEST};
@@ -33,9 +41,15 @@ const READ_CHUNK: usize = 16 * 1024;
 /// Past this much pending output mid-batch, try to write before executing more, so
 /// a client that reads promptly never makes us hold a large buffer.
 const EAGER_FLUSH: usize = 64 * 1024;
-/// Buffers that grew past this for one big request (a table load) are released
-/// once drained, so an idle connection never sits on more than this much.
-const SHRINK_ABOVE: usize = 64 * 1024;
+/// Argument slots kept from one request to the next; a request with more gets a
+/// vector of its own (a 5M-id SADD needs 160 MB of slots), freed once it has run.
+const ARGS_KEEP: usize = 16;
+
+thread_local! {
+    /// Where a connection with no input buffered reads: one per worker thread, so
+    /// that an idle connection needs no read buffer of its own.
+    static READ_SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0; READ_CHUNK].into_boxed_slice());
+}
 
 enum Closed {
     /// Client went away, QUIT, idle timeout, kill or shutdown: nothing to report.
@@ -72,10 +86,11 @@ pub(crate) fn limits(server: &Server, session: &Session) -> Limits {
 async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Session) -> Closed {
     let info = session.info.clone();
     let config = &server.config;
-    let mut rbuf = BytesMut::with_capacity(READ_CHUNK);
-    let mut wbuf = BytesMut::with_capacity(READ_CHUNK);
-    let mut args = Vec::with_capacity(8);
+    let mut rbuf = BytesMut::new();
+    let mut wbuf = BytesMut::new();
+    let mut args = Vec::new();
     let mut decoder = RequestDecoder::new(limits(server, session));
+    let mut published = Footprint::default();
     // Reads and writes both count, as Redis's `lastinteraction` does: a client
     // that has just been answered (a parked command that ran at last, say) is not
     // idle.
@@ -114,6 +129,14 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                 Ok(true) => {
                     let authenticated = session.authenticated;
                     let size: usize = args.iter().map(|a| a.len()).sum();
+                    if size > READ_CHUNK {
+                        // Its bytes are this client's until a command stores them:
+                        // published first, so making room for it under maxmemory
+                        // does not take them for data. (A smaller request counts
+                        // as data for the moment it runs: the slack is a read.)
+                        let now = footprint(&rbuf, &wbuf, &args, size, &decoder, session);
+                        client_memory::publish(server, &info, &mut published, now);
+                    }
                     let flow = if size > LARGE_REQUEST {
                         offload(|| cmd::dispatch(server, session, &args, &mut wbuf, None))
                     } else {
@@ -132,7 +155,11 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                             break;
                         }
                     }
-                    args.clear();
+                    if args.capacity() > ARGS_KEEP {
+                        args = Vec::new();
+                    } else {
+                        args.clear();
+                    }
                     if wbuf.len() >= EAGER_FLUSH {
                         match try_write(server, stream, &mut wbuf) {
                             Ok(n) => took_output(n, &mut over_soft_since),
@@ -152,7 +179,25 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                 }
             }
         }
-        info.qbuf.store(rbuf.len() as u64, Relaxed);
+
+        if rbuf.is_empty() {
+            // No request under way: the buffer (which may still be part of the
+            // last large request's allocation), the argument vector and the
+            // decoder's table go, so an idle connection holds nothing.
+            // Before the write, so a client that has its reply finds them gone.
+            rbuf = BytesMut::new();
+            args = Vec::new();
+            if decoder.scratch_bytes() > 0 {
+                decoder = RequestDecoder::new(limits(server, session));
+            }
+        }
+        // What the batch left on the input side (and in MULTI's queue) is published
+        // before its replies go out, so a client that has its reply sees it; the
+        // reply buffer is published after the write, which usually frees it (a
+        // batch of small requests thus publishes nothing).
+        let mut now = footprint(&rbuf, &wbuf, &args, 0, &decoder, session);
+        (now.output_len, now.output_alloc) = (published.output_len, published.output_alloc);
+        client_memory::publish(server, &info, &mut published, now);
 
         // 2. One write for the whole batch.
         if !wbuf.is_empty() {
@@ -162,16 +207,14 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
             }
             last_interaction = Instant::now();
         }
-        info.obuf.store(wbuf.len() as u64, Relaxed);
         if closing && wbuf.is_empty() {
             return Closed::Normal;
         }
         if let Some(why) = output_over_limit(server, &wbuf, &mut over_soft_since) {
             return Closed::Limit(why);
         }
-        if rbuf.is_empty() && rbuf.capacity() > SHRINK_ABOVE {
-            rbuf = BytesMut::with_capacity(READ_CHUNK);
-        }
+        let now = footprint(&rbuf, &wbuf, &args, 0, &decoder, session);
+        client_memory::publish(server, &info, &mut published, now);
         // Requests held back while the output was over the soft limit are already
         // here: once the write brought it under, run them rather than wait for input
         // that may never come (yielding first, so a fast reader cannot keep this
@@ -253,7 +296,8 @@ async fn lingering_close(server: &Server, stream: &TcpStream, wbuf: &mut BytesMu
     const LINGER: Duration = Duration::from_secs(2);
     const MAX_DRAIN: usize = 64 * 1024 * 1024;
     let deadline = Instant::now() + LINGER;
-    let mut sink = [0u8; 16 * 1024];
+    // On the heap: an array here would be part of every connection's task.
+    let mut sink = vec![0u8; 16 * 1024];
     let mut drained = 0;
     while Instant::now() < deadline && drained < MAX_DRAIN {
         if !wbuf.is_empty() {
@@ -291,11 +335,42 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-fn try_read(server: &Server, stream: &TcpStream, rbuf: &mut BytesMut) -> io::Result<usize> {
-    if rbuf.capacity() - rbuf.len() < READ_CHUNK {
-        rbuf.reserve(READ_CHUNK);
+/// What this connection holds now, `argv` being the bytes of a request split off
+/// the read buffer and not yet run.
+fn footprint(
+    rbuf: &BytesMut,
+    wbuf: &BytesMut,
+    args: &Vec<Bytes>,
+    argv: usize,
+    decoder: &RequestDecoder,
+    session: &Session,
+) -> Footprint {
+    Footprint {
+        query_len: rbuf.len(),
+        query_free: rbuf.capacity() - rbuf.len(),
+        argv,
+        scratch: args.capacity() * std::mem::size_of::<Bytes>() + decoder.scratch_bytes(),
+        multi: session.multi.as_ref().map_or(0, |m| m.bytes),
+        output_len: wbuf.len(),
+        output_alloc: wbuf.capacity(),
     }
-    let n = stream.try_read_buf(rbuf)?;
+}
+
+fn try_read(server: &Server, stream: &TcpStream, rbuf: &mut BytesMut) -> io::Result<usize> {
+    let n = if rbuf.is_empty() {
+        // Most reads bring whole small requests: keep just those bytes.
+        READ_SCRATCH.with_borrow_mut(|chunk| {
+            let n = stream.try_read(chunk)?;
+            rbuf.extend_from_slice(&chunk[..n]);
+            Ok::<_, io::Error>(n)
+        })?
+    } else {
+        // Part of a request is here: the rest goes straight after it.
+        if rbuf.capacity() - rbuf.len() < READ_CHUNK {
+            rbuf.reserve(READ_CHUNK);
+        }
+        stream.try_read_buf(rbuf)?
+    };
     server.stats.total_net_input_bytes.add(n as u64);
     Ok(n)
 }
@@ -315,8 +390,10 @@ fn try_write(server: &Server, stream: &TcpStream, wbuf: &mut BytesMut) -> io::Re
         }
     }
     server.stats.total_net_output_bytes.add(written as u64);
-    if wbuf.is_empty() && wbuf.capacity() > SHRINK_ABOVE {
-        *wbuf = BytesMut::with_capacity(READ_CHUNK);
+    if wbuf.is_empty() {
+        // Replies are encoded into a buffer sized by what they need; once sent it
+        // goes, so a connection never keeps the size of its largest reply.
+        *wbuf = BytesMut::new();
     }
     Ok(written)
 }

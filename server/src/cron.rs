@@ -35,6 +35,9 @@ pub fn run(server: &Server) {
             server.observe.latency.add("expire-cycle", ms);
         }
         server.observe.cron(server);
+        // A lowered `maxmemory-clients` takes effect without waiting for a client
+        // to grow.
+        crate::client_memory::evict_clients(server);
         let lapsed = server.db.sweep_leases();
         server.stats.lease_lapses.add(lapsed as u64);
         std::thread::sleep(period);

@@ -81,19 +81,28 @@ impl Server {
         crate::alloc::allocated().unwrap_or(0)
     }
 
+    /// What `maxmemory` is compared with: used memory less what clients hold
+    /// (their buffers and connection state, `crate::client_memory`), so idle
+    /// connections and a request still arriving never evict data. A request's
+    /// bytes count once a command has stored them.
+    pub fn data_memory(&self) -> usize {
+        self.used_memory()
+            .saturating_sub(self.clients.memory() as usize)
+    }
+
     /// Makes room under `maxmemory` for a command about to store `incoming` bytes,
     /// evicting by the configured policy. Called before the command takes any lock.
     /// `Err(Oom)` when memory stays over the limit and the command would add data
     /// (`denyoom`); commands that only read or delete always proceed.
     pub fn make_room(&self, incoming: usize, denyoom: bool) -> Result<(), CmdError> {
         let max = self.config.maxmemory.load(Relaxed) as usize;
-        if max == 0 || self.used_memory() + incoming <= max {
+        if max == 0 || self.data_memory() + incoming <= max {
             return Ok(());
         }
         let policy = self.config.policy();
         let samples = self.config.maxmemory_samples.load(Relaxed) as usize;
         let (evicted, still_over) = self.evictor.evict(&self.db, policy, samples, || {
-            self.used_memory() + incoming > max
+            self.data_memory() + incoming > max
         });
         if evicted > 0 {
             self.stats.evicted_keys.add(evicted);
@@ -104,10 +113,10 @@ impl Server {
         Ok(())
     }
 
-    /// Whether memory is over `maxmemory` now (never without a limit).
+    /// Whether data memory is over `maxmemory` now (never without a limit).
     pub fn over_maxmemory(&self) -> bool {
         let max = self.config.maxmemory.load(Relaxed) as usize;
-        max > 0 && self.used_memory() > max
+        max > 0 && self.data_memory() > max
     }
 
     /// Adds what a command's view counted (hits, misses, lazily expired keys).

@@ -1,7 +1,7 @@
 //! Per-connection state, and the registry of connected clients (CLIENT LIST/KILL).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -10,7 +10,9 @@ use parking_lot::Mutex;
 use relcache_protocol::resp::Protocol;
 use tokio_util::sync::CancellationToken;
 
+use crate::client_memory::{ClientMem, FIXED};
 use crate::db::WatchFlag;
+use crate::stats::Gauge;
 
 /// What CLIENT LIST / INFO / KILL see of a connection; shared between the
 /// connection task and the registry.
@@ -30,8 +32,12 @@ pub struct ClientInfo {
     pub proto: AtomicU8,
     /// Pending queued commands (-1 outside MULTI), for the `multi=` field.
     pub multi: AtomicU64,
-    pub qbuf: AtomicU64,
-    pub obuf: AtomicU64,
+    /// What its buffers hold (CLIENT LIST's `qbuf` … `tot-mem`), published by the
+    /// connection as they change.
+    pub mem: ClientMem,
+    /// `CLIENT NO-EVICT on`: never closed to bring client memory under
+    /// `maxmemory-clients` (the `e` flag).
+    pub no_evict: AtomicBool,
     /// Parked in a blocking command (the `b` flag of CLIENT LIST); kept by
     /// [`crate::blocking`], like the two fields below.
     pub(crate) blocked: std::sync::atomic::AtomicBool,
@@ -55,8 +61,15 @@ impl ClientInfo {
     }
 
     /// One CLIENT LIST / CLIENT INFO line (without the trailing newline), with the
-    /// fields Redis 7.2 prints, in its order.
-    pub fn line(&self) -> String {
+    /// fields Redis 7.2 prints, in its order. `running` is the arguments of the
+    /// command being run, when the line is the caller's own (its `argv-mem`, as in
+    /// Redis; other clients show what their connection published).
+    ///
+    /// The buffer fields keep Redis's meanings where relcache has the same buffer:
+    /// relcache has one contiguous reply buffer and no reply list, so `rbs` is that
+    /// buffer's allocation, `obl` and `omem` the reply bytes waiting in it (what
+    /// `client-output-buffer-limit` counts), and `oll` is 0.
+    pub fn line(&self, running: Option<&[Bytes]>) -> String {
         let lossy = |b: &Mutex<Option<Bytes>>| {
             b.lock()
                 .as_ref()
@@ -65,21 +78,40 @@ impl ClientInfo {
         };
         let multi = self.multi.load(Relaxed);
         let multi = if multi == u64::MAX { -1 } else { multi as i64 };
-        let flags = match (multi >= 0, self.blocked.load(Relaxed)) {
-            (_, true) => "b",
-            (true, false) => "x",
-            (false, false) => "N",
+        let mut flags = String::new();
+        if multi >= 0 {
+            flags.push('x');
+        }
+        if self.blocked.load(Relaxed) {
+            flags.push('b');
+        }
+        if self.no_evict.load(Relaxed) {
+            flags.push('e');
+        }
+        if flags.is_empty() {
+            flags.push('N');
+        }
+        let m = &self.mem;
+        let published_argv = m.argv.load(Relaxed);
+        let (argv, total) = match running {
+            Some(args) => {
+                let running: u64 = args.iter().map(|a| a.len() as u64).sum();
+                (running, m.total() - published_argv + running)
+            }
+            None => (published_argv, m.total()),
         };
+        let (rbs, pending) = (m.output_alloc.load(Relaxed), m.output_len.load(Relaxed));
+        let multi_mem = m.multi.load(Relaxed);
         format!(
-            "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={flags} db=0 sub=0 psub=0 ssub=0 multi={multi} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={flags} db=0 sub=0 psub=0 ssub=0 multi={multi} qbuf={} qbuf-free={} argv-mem={argv} multi-mem={multi_mem} rbs={rbs} rbp={rbs} obl={pending} oll=0 omem={pending} tot-mem={total} events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
             lossy(&self.name),
             self.created.elapsed().as_secs(),
             self.idle_secs(),
-            self.qbuf.load(Relaxed),
-            self.obuf.load(Relaxed),
+            m.qbuf.load(Relaxed),
+            m.qbuf_free.load(Relaxed),
             match self.last_cmd.load(Relaxed) {
                 usize::MAX => "NULL",
                 id => crate::cmd::registry().all[id].name,
@@ -96,6 +128,12 @@ impl ClientInfo {
 pub struct Clients {
     map: Mutex<std::collections::BTreeMap<u64, Arc<ClientInfo>>>,
     next_id: AtomicU64,
+    /// The sum of every client's `tot-mem` (INFO `mem_clients_normal`): striped,
+    /// as connections on every worker change it.
+    memory: Gauge,
+    /// Held by whoever is choosing clients to evict (see
+    /// [`crate::client_memory::evict_clients`]).
+    pub(crate) evicting: Mutex<()>,
 }
 
 impl Clients {
@@ -124,8 +162,8 @@ impl Clients {
             last_cmd: AtomicUsize::new(usize::MAX),
             proto: AtomicU8::new(2),
             multi: AtomicU64::new(u64::MAX),
-            qbuf: AtomicU64::new(0),
-            obuf: AtomicU64::new(0),
+            mem: ClientMem::default(),
+            no_evict: AtomicBool::new(false),
             blocked: std::sync::atomic::AtomicBool::new(false),
             parks: AtomicU64::new(0),
             unblock: AtomicU64::new(0),
@@ -133,11 +171,25 @@ impl Clients {
             kill: parent.child_token(),
         });
         map.insert(id, info.clone());
+        self.memory.add(FIXED as i64);
         Some(info)
     }
 
+    /// Forgets a client that has closed, and the memory it held.
     pub fn unregister(&self, id: u64) {
-        self.map.lock().remove(&id);
+        if let Some(info) = self.map.lock().remove(&id) {
+            self.memory.add(-(info.mem.total() as i64));
+        }
+    }
+
+    /// Bytes every client holds, together (Redis's `mem_clients_normal`).
+    pub fn memory(&self) -> u64 {
+        self.memory.get().max(0) as u64
+    }
+
+    /// A client's footprint changed by `delta` bytes.
+    pub(crate) fn add_memory(&self, delta: i64) {
+        self.memory.add(delta);
     }
 
     pub fn len(&self) -> usize {
@@ -160,8 +212,20 @@ impl Clients {
 #[derive(Default)]
 pub struct Multi {
     pub queued: Vec<Vec<Bytes>>,
+    /// What the queued commands hold (CLIENT LIST's `multi-mem`).
+    pub bytes: usize,
     /// A command failed to queue (unknown, wrong arity): EXEC will abort.
     pub failed: bool,
+}
+
+impl Multi {
+    /// Queues a command for EXEC.
+    pub fn queue(&mut self, args: &[Bytes]) {
+        self.bytes += args.iter().map(|a| a.len()).sum::<usize>()
+            + std::mem::size_of_val(args)
+            + std::mem::size_of::<Vec<Bytes>>();
+        self.queued.push(args.to_vec());
+    }
 }
 
 /// What one connection knows about itself.

@@ -108,6 +108,8 @@ pub struct Stats {
     pub rejected_connections: Counter,
     pub expired_keys: Counter,
     pub evicted_keys: Counter,
+    /// Clients closed to bring client memory under `maxmemory-clients`.
+    pub evicted_clients: Counter,
     pub keyspace_hits: Counter,
     pub keyspace_misses: Counter,
     pub total_error_replies: Counter,
@@ -148,6 +150,7 @@ impl Stats {
             &self.rejected_connections,
             &self.expired_keys,
             &self.evicted_keys,
+            &self.evicted_clients,
             &self.keyspace_hits,
             &self.keyspace_misses,
             &self.total_error_replies,

@@ -144,6 +144,12 @@ impl RequestDecoder {
         self.limits = limits;
     }
 
+    /// Heap bytes the decoder holds: where each argument of the request under way
+    /// lies, kept between reads. A server counts it as the client's memory.
+    pub fn scratch_bytes(&self) -> usize {
+        self.progress.args.capacity() * std::mem::size_of::<Range<usize>>()
+    }
+
     /// Decodes one request from the front of `buf` into `args`.
     ///
     /// Returns `Ok(true)` with `args` holding the request's arguments (slices of the

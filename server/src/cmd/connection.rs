@@ -196,7 +196,7 @@ const CLIENT: &[CommandSpec] = &[
         group: Group::Connection,
         since: "7.0.0",
         summary: "Sets the client eviction mode of the connection.",
-        handler: client_on_off,
+        handler: client_no_evict,
         ..CommandSpec::DEFAULT
     },
     CommandSpec {
@@ -466,17 +466,20 @@ fn verbatim(text: String) -> Frame {
     }
 }
 
-fn push_line(out: &mut String, info: &ClientInfo) {
-    out.push_str(&info.line());
+/// Appends `info`'s line; `args` are the running command's, shown as the
+/// caller's own `argv-mem`.
+fn push_line(out: &mut String, info: &ClientInfo, caller: u64, args: &[Bytes]) {
+    out.push_str(&info.line((info.id == caller).then_some(args)));
     out.push('\n');
 }
 
 fn client_list(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let all = ctx.server.clients.all();
+    let me = ctx.session.id();
     let mut out = String::new();
     if args.len() == 4 && eq_ic(&args[2], "TYPE") {
         if client_type_is_normal(&args[3])? {
-            all.iter().for_each(|c| push_line(&mut out, c));
+            all.iter().for_each(|c| push_line(&mut out, c, me, args));
         }
     } else if args.len() > 3 && eq_ic(&args[2], "ID") {
         let ids = args[3..]
@@ -486,20 +489,20 @@ fn client_list(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         // `all` is in id order.
         for id in ids {
             if let Ok(pos) = all.binary_search_by(|c| (c.id as i128).cmp(&(id as i128))) {
-                push_line(&mut out, &all[pos]);
+                push_line(&mut out, &all[pos], me, args);
             }
         }
     } else if args.len() == 2 {
-        all.iter().for_each(|c| push_line(&mut out, c));
+        all.iter().for_each(|c| push_line(&mut out, c, me, args));
     } else {
         return Err(CmdError::Syntax);
     }
     Ok(verbatim(out))
 }
 
-fn client_info(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn client_info(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let mut out = String::new();
-    push_line(&mut out, &ctx.session.info);
+    push_line(&mut out, &ctx.session.info, ctx.session.id(), args);
     Ok(verbatim(out))
 }
 
@@ -621,14 +624,32 @@ fn client_unblock(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::Integer(unblocked as i64))
 }
 
-/// NO-EVICT and NO-TOUCH: relcache never evicts clients, and a read's LRU update
-/// is the shard's business, so both modes are accepted and have no effect.
-fn client_on_off(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    if eq_ic(&args[2], "ON") || eq_ic(&args[2], "OFF") {
-        Ok(Frame::ok())
+/// ON or OFF, as CLIENT's switches take it.
+fn on_off(arg: &[u8]) -> Result<bool, CmdError> {
+    if eq_ic(arg, "ON") {
+        Ok(true)
+    } else if eq_ic(arg, "OFF") {
+        Ok(false)
     } else {
         Err(CmdError::Syntax)
     }
+}
+
+/// NO-TOUCH: a read's LRU update is the shard's business, so the mode is accepted
+/// and has no effect.
+fn client_on_off(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    on_off(&args[2])?;
+    Ok(Frame::ok())
+}
+
+/// NO-EVICT: `maxmemory-clients` never closes this connection.
+fn client_no_evict(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let on = on_off(&args[2])?;
+    ctx.session
+        .info
+        .no_evict
+        .store(on, std::sync::atomic::Ordering::Relaxed);
+    Ok(Frame::ok())
 }
 
 fn client_help(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {

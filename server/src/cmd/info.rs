@@ -321,6 +321,16 @@ fn info_memory(server: &Server, out: &mut String) {
         format!("{:.2}", rss as f64 / used.max(1) as f64),
     );
     field(out, "mem_fragmentation_bytes", rss as i64 - used as i64);
+    // Client memory is left out of what maxmemory compares with (see
+    // `client_memory`); Redis leaves out only replication and AOF buffers.
+    let clients = server.clients.memory();
+    field(out, "mem_not_counted_for_evict", clients);
+    field(out, "mem_replication_backlog", 0);
+    field(out, "mem_total_replication_buffers", 0);
+    field(out, "mem_clients_slaves", 0);
+    field(out, "mem_clients_normal", clients);
+    field(out, "mem_cluster_links", 0);
+    field(out, "mem_aof_buffer", 0);
     field(out, "mem_allocator", "libc");
     field(out, "lazyfree_pending_objects", 0);
     field(out, "lazyfreed_objects", 0);
@@ -465,7 +475,7 @@ fn info_stats(server: &Server, out: &mut String) {
     field(out, "expired_time_cap_reached_count", 0);
     field(out, "expire_cycle_cpu_milliseconds", 0);
     field(out, "evicted_keys", s.evicted_keys.get());
-    field(out, "evicted_clients", 0);
+    field(out, "evicted_clients", s.evicted_clients.get());
     field(out, "total_eviction_exceeded_time", 0);
     field(out, "current_eviction_exceeded_time", 0);
     field(out, "keyspace_hits", s.keyspace_hits.get());

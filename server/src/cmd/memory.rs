@@ -5,7 +5,6 @@
 //! key costs beyond its bytes is an estimate of the shard map's layout, not a
 //! measurement. Only MEMORY USAGE (one key) goes through a [`View`](crate::db::View).
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -152,14 +151,10 @@ pub(super) fn volatile_keys(ctx: &mut Ctx<'_, '_>) -> usize {
     n
 }
 
-/// Bytes the clients' query and reply buffers hold.
+/// Bytes the clients hold: their buffers and per-connection state
+/// (`crate::client_memory`).
 pub(super) fn client_buffers(server: &Server) -> u64 {
-    server
-        .clients
-        .all()
-        .iter()
-        .map(|c| c.qbuf.load(Relaxed) + c.obuf.load(Relaxed))
-        .sum()
+    server.clients.memory()
 }
 
 /// Redis's `bytesToHuman`: `910.87K`, `64.00M`, `0B`.

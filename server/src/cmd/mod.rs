@@ -379,7 +379,7 @@ fn execute(
             return Outcome::Reply(e.to_frame());
         }
         if !spec.has(spec::NOT_QUEUED) {
-            m.queued.push(args.to_vec());
+            m.queue(args);
             session
                 .info
                 .multi

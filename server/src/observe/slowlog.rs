@@ -59,7 +59,9 @@ impl SlowLog {
                     );
                     Bytes::from(s)
                 } else {
-                    a.clone()
+                    // A copy: a slice would keep the whole request's buffer (a
+                    // 5M-id SADD's 70 MB) alive for as long as the entry.
+                    Bytes::copy_from_slice(a)
                 }
             })
             .collect();
