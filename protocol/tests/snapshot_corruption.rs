@@ -124,6 +124,20 @@ fn crafted_lengths_with_good_checksums_are_refused_cleanly() {
 }
 
 #[test]
+fn a_record_count_the_record_area_cannot_hold_is_refused_at_open() {
+    // A reader that sized a buffer by the claimed count would ask for hundreds of
+    // gigabytes; the claim is checked against the area's length first.
+    let bytes = sample();
+    let chunk0 = Snapshot::open(&bytes).unwrap().chunks()[0].offset as usize;
+    let mut damaged = bytes.clone();
+    damaged[chunk0 + 4..chunk0 + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+    reseal(&mut damaged, chunk0);
+    let e = refused(&damaged);
+    assert!(e.to_string().contains("chunk 0 header"), "{e}");
+    assert!(e.to_string().contains("claims 4294967295 records"), "{e}");
+}
+
+#[test]
 fn an_invalid_table_with_good_checksums_is_refused() {
     // A set record whose inline table has a bad capacity, and a checksum to match.
     let mut table = Builder::new().build(&[1, 2, 3]);

@@ -5,7 +5,7 @@
 
 use super::{
     crc32, page_align, Section, SnapshotError, CHUNK_TAG, HEADER_LEN, KIND_SET_INLINE,
-    KIND_SET_PAGED, KIND_STRING, MAGIC, TRAILER_TAG, VERSION,
+    KIND_SET_PAGED, KIND_STRING, MAGIC, MIN_RECORD_LEN, TRAILER_TAG, VERSION,
 };
 use crate::idset;
 
@@ -247,6 +247,18 @@ impl<'a> Snapshot<'a> {
                     format!(
                         "chunk of {} record bytes and {} table bytes runs past the end of the file ({len} bytes; truncated?)",
                         span.records_len, span.tables_len
+                    ),
+                ));
+            }
+            if u64::from(span.records) > span.records_len / MIN_RECORD_LEN {
+                return Err(SnapshotError::new(
+                    pos + 4,
+                    section,
+                    format!(
+                        "chunk claims {} records but its {} record bytes hold at most {}",
+                        span.records,
+                        span.records_len,
+                        span.records_len / MIN_RECORD_LEN
                     ),
                 ));
             }

@@ -56,6 +56,10 @@ pub const PAGED_MIN: usize = 4096;
 
 /// Record kinds (the first byte of a record).
 pub const KIND_STRING: u8 = 1;
+/// The smallest record: a string with an empty key and an empty value (kind, key
+/// length, expiry, value length). A chunk claiming more records than its record
+/// area can hold at this size is refused before anyone sizes anything by the claim.
+pub const MIN_RECORD_LEN: u64 = 1 + 4 + 8 + 8;
 /// A set whose table follows in the record.
 pub const KIND_SET_INLINE: u8 = 2;
 /// A set whose table is in the chunk's table area.
