@@ -506,3 +506,40 @@ fn maxmemory_clients_takes_bytes_or_a_percentage_as_redis_does() {
     assert_eq!(harness::info_value::<u64>(&info, "mem_clients_slaves"), 0);
     assert!(harness::info_value::<u64>(&info, "mem_clients_normal") > 0);
 }
+
+/// A queued command keeps only its own arguments: in a pipeline where each small
+/// queued SET arrives in the same read as a large command, the queue must not keep
+/// the large command's buffer alive (it did: 256 MB pinned, 250 KB reported).
+#[test]
+fn commands_queued_in_multi_keep_only_their_own_bytes() {
+    const ROUNDS: usize = 300;
+    let s = TestServer::start();
+    let mut admin = s.conn();
+    let before = used_memory(&mut admin);
+    let mut c = s.raw();
+    c.write_all(b"MULTI\r\n").unwrap();
+    let big = vec![b'x'; 100 << 10];
+    let mut round = Vec::new();
+    round.extend_from_slice(b"*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\nb\r\n");
+    round.extend_from_slice(format!("*2\r\n$9\r\nNOSUCHCMD\r\n${}\r\n", big.len()).as_bytes());
+    round.extend_from_slice(&big);
+    round.extend_from_slice(b"\r\n");
+    for _ in 0..ROUNDS {
+        c.write_all(&round).unwrap();
+    }
+    // +OK, then per round +QUEUED and the unknown command's error.
+    let mut replies = Vec::new();
+    let mut buf = [0u8; 64 << 10];
+    while replies.iter().filter(|&&b| b == b'\n').count() < 1 + 2 * ROUNDS {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0, "closed");
+        replies.extend_from_slice(&buf[..n]);
+    }
+    let grown = used_memory(&mut admin).saturating_sub(before);
+    let reported = clients_memory(&mut admin);
+    assert!(
+        grown < 8 << 20,
+        "{ROUNDS} queued SETs grew used_memory by {grown} bytes ({reported} reported as client memory)"
+    );
+    c.write_all(b"DISCARD\r\n").unwrap();
+}

@@ -219,12 +219,15 @@ pub struct Multi {
 }
 
 impl Multi {
-    /// Queues a command for EXEC.
+    /// Queues a command for EXEC, copied: the arguments are slices of the read
+    /// buffer, and a queued slice would keep the whole buffer — with whatever else
+    /// had arrived in it — alive and uncounted until EXEC.
     pub fn queue(&mut self, args: &[Bytes]) {
         self.bytes += args.iter().map(|a| a.len()).sum::<usize>()
             + std::mem::size_of_val(args)
             + std::mem::size_of::<Vec<Bytes>>();
-        self.queued.push(args.to_vec());
+        self.queued
+            .push(args.iter().map(|a| Bytes::copy_from_slice(a)).collect());
     }
 }
 
