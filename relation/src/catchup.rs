@@ -13,10 +13,12 @@
 //! each one that is newer than its set, ignores one it already holds, and drops a
 //! set that an older change reaches (it can no longer tell what the set misses), so
 //! afterwards every cached set holds every committed change, or is gone and will be
-//! filled from MySQL. Replaying is idempotent, so replaying too much costs only
-//! round trips, and the window starts a margin before the snapshot's time, for a
-//! write-through that was still on its way when the snapshot began and for clocks
-//! that disagree a little.
+//! filled from MySQL. Replaying more than needed is safe — it can drop a set (one
+//! that already holds a newer change than a replayed one cannot tell what it lacks),
+//! never make one wrong — so the window starts a margin before the snapshot's time,
+//! for a write-through that was still on its way when the snapshot began and for
+//! clocks that disagree a little, at the cost of refilling the sets changed within
+//! the margin.
 //!
 //! [`Relations`](crate::service::Relations) does this by itself when it meets a new
 //! cache process (see `service::restart`); `relcache-repair catchup` runs it by hand.

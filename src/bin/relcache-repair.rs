@@ -22,6 +22,7 @@ use clap::{Parser, Subcommand};
 use relcache_client::{Cmd, Pool, PoolConfig};
 use relcache_relation::catchup::{self, CatchUpConfig};
 use relcache_relation::repair::{self, RepairConfig};
+use relcache_relation::store::now_micros;
 use relcache_relation::{schema, ShardMap, Store, StoreConfig};
 
 #[derive(Debug, Parser)]
@@ -103,12 +104,6 @@ enum Mode {
         #[arg(long, default_value = "60s", value_parser = parse_duration)]
         margin: Duration,
     },
-}
-
-fn now_micros() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// `250ms`, `30s`, `10m`, `2h`, `7d`.

@@ -82,6 +82,8 @@ impl Relations {
                 // The batch stays suspect; this connection is gone or unreliable.
                 return Err(NoConn::Failed);
             }
+            self.restarts
+                .mended(batch.users(), self.config.max_suspects);
             let cleared = batch.done();
             self.stats
                 .suspects_cleared

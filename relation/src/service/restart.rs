@@ -13,11 +13,22 @@
 //!   every change logged since a margin before the snapshot's time;
 //! - the run id is then stored in the cache under `<prefix>caught-up`, so the other
 //!   services sharing the cache trust it without replaying the log again (if that
-//!   key is evicted, the next one to look replays it: the replay is idempotent).
+//!   key is evicted, the next one to look replays it again, which is safe: a replay
+//!   can drop sets, never make one wrong).
+//!
+//! The log replay has a blind spot: a change whose write-through was lost (a long
+//! partition, a commit in doubt for minutes) is mended by deleting the user's set
+//! once the cache answers again, and a snapshot taken before that delete brings the
+//! stale set back, with a change older than the replay's window. So each service
+//! remembers the sets it deleted that way, and deletes again, before reading a
+//! restarted cache, every one it deleted after the snapshot was taken. Only the
+//! service that lost a write-through knows of it, which is why this is not left to
+//! whoever holds the marker.
 //!
 //! A catch-up that fails (MySQL or the cache unreachable) is tried again by the next
 //! read; until one succeeds, the cache is written to but never read.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
@@ -25,7 +36,7 @@ use std::time::Duration;
 
 use relcache_client::{Cmd, Error as CacheError, Pool, PooledConn};
 
-use super::{Relations, TierStats};
+use super::{Relations, TierStats, CLEAR_BATCH};
 use crate::catchup::{catch_up, loaded_snapshot_ms, CatchUpConfig, CatchUpError};
 use crate::store::{now_micros, Store};
 
@@ -33,7 +44,14 @@ use crate::store::{now_micros, Store};
 #[derive(Debug, Default)]
 pub(super) struct Restarts {
     state: Mutex<State>,
+    /// Users whose sets this service deleted to end a lost write-through, with
+    /// when (Unix ms), oldest first; bounded by `max_suspects` and `MENDED_FOR`.
+    mended: Mutex<VecDeque<(u64, u64)>>,
 }
+
+/// How long a mended set is remembered: longer than any snapshot a cache would be
+/// restarted from is old.
+const MENDED_FOR: Duration = Duration::from_secs(24 * 3600);
 
 #[derive(Debug, Default)]
 struct State {
@@ -94,6 +112,30 @@ impl Restarts {
         true
     }
 
+    /// Records that `users`' sets were deleted now to end lost write-throughs.
+    pub(super) fn mended(&self, users: impl Iterator<Item = u64>, limit: usize) {
+        let now = now_micros() / 1000;
+        let mut mended = self.mended.lock().unwrap_or_else(|e| e.into_inner());
+        mended.extend(users.map(|u| (now, u)));
+        let horizon = now.saturating_sub(MENDED_FOR.as_millis() as u64);
+        while mended
+            .front()
+            .is_some_and(|&(at, _)| at < horizon || mended.len() > limit)
+        {
+            mended.pop_front();
+        }
+    }
+
+    /// Users whose sets were mended at or after `since_ms`.
+    fn mended_since(&self, since_ms: u64) -> Vec<u64> {
+        let mended = self.mended.lock().unwrap_or_else(|e| e.into_inner());
+        mended
+            .iter()
+            .filter(|&&(at, _)| at >= since_ms)
+            .map(|&(_, u)| u)
+            .collect()
+    }
+
     fn failed(&self, run_id: &Arc<str>) {
         let mut state = self.state();
         if state.catching_up.as_ref() == Some(run_id) {
@@ -127,15 +169,24 @@ impl Relations {
     }
 
     async fn look(&self, conn: &mut PooledConn, run_id: &str) -> Result<Look, CacheError> {
+        let fields = self.call(conn, Cmd::info("persistence")).await?;
+        let Some(snapshot_ms) = loaded_snapshot_ms(&fields) else {
+            // Started empty: nothing in it predates this process.
+            return Ok(Look::UpToDate);
+        };
+        let margin_ms = self.config.catchup_margin.as_millis() as u64;
+        let mended = self
+            .restarts
+            .mended_since(snapshot_ms.saturating_sub(margin_ms));
+        for users in mended.chunks(CLEAR_BATCH) {
+            let keys: Vec<_> = users.iter().map(|&u| self.cache_key(u)).collect();
+            self.call(conn, Cmd::del(&keys)).await?;
+        }
         let marker = marker_key(&self.config.key_prefix);
         if self.call(conn, Cmd::get(marker)).await?.as_deref() == Some(run_id.as_bytes()) {
             return Ok(Look::UpToDate);
         }
-        let fields = self.call(conn, Cmd::info("persistence")).await?;
-        Ok(match loaded_snapshot_ms(&fields) {
-            Some(ms) => Look::Behind(ms),
-            None => Look::UpToDate,
-        })
+        Ok(Look::Behind(snapshot_ms))
     }
 
     fn catch_up_in_background(&self, run_id: Arc<str>, snapshot_ms: u64) {

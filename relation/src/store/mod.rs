@@ -279,7 +279,7 @@ impl Store {
 }
 
 /// Microseconds since the Unix epoch: `auto_ts` and `relation_log.ts`.
-pub(crate) fn now_micros() -> u64 {
+pub fn now_micros() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)
