@@ -12,13 +12,16 @@
 //!   `GET` of a loaded key answered with its value (polled every millisecond; a
 //!   `-LOADING` or a refused connection does not count).
 //! - RSS after load: `VmRSS` of the restarted process once INFO says `loading:0`.
+//! - GET latency while saving: `redis-benchmark -t get -c 10 -P 1` p99, once with the
+//!   server idle and once while another connection runs BGSAVE after BGSAVE (Redis
+//!   forks for each; relcache walks its shards on a saver thread).
 //!
 //! Medians of R rounds are printed side by side. Environment: `BENCH_ROUNDS`
 //! (default 3), `BENCH_USERS` (1000), `BENCH_IDS` (10000), `BENCH_STRINGS` (1000000).
 //!
 //! What this does NOT measure: a cold page cache (the file was just written, so the
 //! restart reads it from memory on both sides; a cold disk adds its read time to
-//! both), a save under write load, or Redis's own fork cost on a large heap (the
+//! both), a save under write load (the p99 run reads only), or Redis's own fork cost on a large heap (the
 //! machine's heap here is small). Loopback only, client and server on the same cores.
 
 #[path = "../tests/harness/mod.rs"]
@@ -271,6 +274,12 @@ fn measure(kind: Kind, rounds: usize, users: usize, ids: usize, strings: usize) 
         kind.name(),
         t.elapsed().as_secs_f64()
     );
+    let (idle, saving, saves) = p99_while_saving(port);
+    println!(
+        "{}: GET p99 {idle:.3} ms idle, {saving:.3} ms during {saves} back-to-back BGSAVEs ({:.2}x)",
+        kind.name(),
+        saving / idle
+    );
     let mut out = Vec::new();
     for _ in 0..rounds {
         let t = Instant::now();
@@ -297,6 +306,49 @@ fn measure(kind: Kind, rounds: usize, users: usize, ids: usize, strings: usize) 
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
     out
+}
+
+/// p99 of GET in ms from one `redis-benchmark` run.
+fn get_p99_ms(port: u16) -> f64 {
+    let out = Command::new(harness::tool("redis-benchmark"))
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-t", "get", "-n", "200000", "-c", "10", "-P", "1", "--csv"])
+        .output()
+        .expect("run redis-benchmark");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms",...
+    stdout
+        .lines()
+        .find(|l| l.starts_with("\"GET\""))
+        .and_then(|l| l.split(',').nth(6))
+        .and_then(|c| c.trim_matches('"').parse().ok())
+        .unwrap_or_else(|| panic!("unexpected redis-benchmark output:\n{stdout}"))
+}
+
+/// GET p99 with the server idle, then while BGSAVEs run back to back; and how many
+/// saves ran meanwhile.
+fn p99_while_saving(port: u16) -> (f64, f64, u32) {
+    let idle = get_p99_ms(port);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let saver = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut c = wait_up(port);
+            let mut saves = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if matches!(c.call(&[b"BGSAVE"]), Frame::Simple(_)) {
+                    saves += 1;
+                }
+                while info_field(&mut c, "rdb_bgsave_in_progress").as_deref() == Some("1") {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            saves
+        })
+    };
+    let saving = get_p99_ms(port);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    (idle, saving, saver.join().unwrap())
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -179,6 +179,10 @@ impl Db {
         entries: impl IntoIterator<Item = (K, Value, u64)>,
     ) -> Result<(), K> {
         let lru = self.lru_clock();
+        let entries = entries.into_iter();
+        // A snapshot's chunk is one shard's keys: room for all of them is made
+        // once, where the first of them goes.
+        let mut expected = entries.size_hint().0;
         let mut held: Option<(usize, parking_lot::RwLockWriteGuard<'_, ShardMap>)> = None;
         for (key, value, expire_at) in entries {
             let idx = self.shard_index(key.as_ref());
@@ -186,7 +190,9 @@ impl Db {
                 Some((i, g)) if *i == idx => g,
                 _ => {
                     held = None;
-                    &mut held.insert((idx, self.shards[idx].map.write())).1
+                    let map = &mut held.insert((idx, self.shards[idx].map.write())).1;
+                    map.reserve(std::mem::take(&mut expected));
+                    map
                 }
             };
             if map.insert(key.as_ref(), value, expire_at, lru).is_some() {

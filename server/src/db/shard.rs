@@ -85,6 +85,12 @@ impl ShardMap {
         old
     }
 
+    /// Makes room for `additional` more keys at once (a bulk load), rather than
+    /// growing the table step by step.
+    pub fn reserve(&mut self, additional: usize) {
+        self.map.reserve(additional);
+    }
+
     /// Removes `key`, expired or not.
     pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
         let (_, k, entry) = self.map.swap_remove_full(key)?;

@@ -245,6 +245,7 @@ pub fn start_saver(server: Arc<Server>) -> std::io::Result<std::thread::JoinHand
 }
 
 fn saver_loop(server: &Server, rx: &mpsc::Receiver<()>) {
+    lower_priority();
     let state = &server.persist;
     while !server.shutdown.is_cancelled() {
         match rx.recv_timeout(Duration::from_millis(100)) {
@@ -291,4 +292,18 @@ fn policy_due(server: &Server) -> bool {
         .read()
         .iter()
         .any(|&(secs, min_changes)| changes >= min_changes && since >= secs)
+}
+
+/// Background saves run niced: a save is a long burst of CPU (CRCs, copies, writes)
+/// that nobody waits for, and on a machine with few cores the threads answering
+/// clients must win it. Linux keeps nice values per thread, so this changes only
+/// the saver (SAVE, which its client waits for, runs on a worker at full priority).
+fn lower_priority() {
+    // SAFETY: setpriority has no memory-safety preconditions; `who = 0` is the
+    // calling thread on Linux. Lowering needs no privilege; a failure
+    // leaves the thread at normal priority: only other clients are the slower.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+    if rc != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "cannot lower the saver's priority");
+    }
 }
