@@ -516,3 +516,23 @@ fn clients_get_loading_during_a_slow_load() {
         0
     );
 }
+
+/// `dir` and `dbfilename` are protected as in Redis 7 (`enable-protected-configs no`):
+/// a client that could set them could make SAVE write a file of its choosing.
+#[test]
+fn dir_and_dbfilename_are_protected_configs() {
+    let dir = TempDir::new("protected");
+    let srv = start_in(&dir, &[]);
+    let mut raw = Raw::new(&srv);
+    for (name, value) in [("dir", "/tmp"), ("dbfilename", "x.rcs")] {
+        raw.expect_err(
+            &["CONFIG", "SET", name, value],
+            &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - can't set protected config"),
+        );
+    }
+    let mut con = srv.conn();
+    assert_eq!(
+        q::<Vec<String>>(&mut con, &["CONFIG", "GET", "dbfilename"]),
+        ["dbfilename", "dump.rcs"]
+    );
+}

@@ -278,6 +278,11 @@ pub struct Param {
     pub name: &'static str,
     /// Whether CONFIG SET may change it at run time.
     pub mutable: bool,
+    /// Settable at start only, as Redis 7's protected configs with its default
+    /// `enable-protected-configs no`: a client that may CONFIG SET `dir` and
+    /// `dbfilename` could make SAVE write a file of its choosing anywhere the
+    /// server can write (the classic attack on exposed Redis servers).
+    pub protected: bool,
     /// One line for the binary's `--help`.
     pub help: &'static str,
     get: Getter,
@@ -335,6 +340,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "port",
         mutable: false,
+        protected: false,
         help: "TCP port to listen on (0 picks a free one; the log says which)",
         get: |c| get_u(&c.port),
         set: |c, v| set_u(&c.port, v, 0, 65535),
@@ -342,6 +348,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "bind",
         mutable: false,
+        protected: false,
         help: "Addresses to listen on, space-separated as in redis.conf (default 127.0.0.1)",
         get: |c| {
             let b = c.bind.read();
@@ -366,6 +373,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "requirepass",
         mutable: true,
+        protected: false,
         help: "Password clients must give with AUTH or HELLO",
         get: |c| c.requirepass.read().clone().unwrap_or_default(),
         set: |c, v| {
@@ -376,6 +384,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "maxclients",
         mutable: true,
+        protected: false,
         help: "Most simultaneous client connections",
         get: |c| get_u(&c.maxclients),
         set: |c, v| set_u(&c.maxclients, v, 1, u32::MAX as u64),
@@ -383,6 +392,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "tcp-backlog",
         mutable: false,
+        protected: false,
         help: "Listen queue length of each listener (capped by net.core.somaxconn)",
         get: |c| get_u(&c.tcp_backlog),
         set: |c, v| set_u(&c.tcp_backlog, v, 0, i32::MAX as u64),
@@ -390,6 +400,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "maxmemory",
         mutable: true,
+        protected: false,
         help: "Memory limit for the dataset: bytes or 64mb, 2gb … (0 = none)",
         get: |c| get_u(&c.maxmemory),
         set: |c, v| set_mem(&c.maxmemory, v),
@@ -397,6 +408,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "maxmemory-policy",
         mutable: true,
+        protected: false,
         help: "What to do at maxmemory: noeviction, allkeys-lru, volatile-lru, allkeys-random, volatile-random, volatile-ttl",
         get: |c| c.policy().as_str().into(),
         set: |c, v| {
@@ -407,6 +419,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "maxmemory-samples",
         mutable: true,
+        protected: false,
         help: "Keys sampled per eviction round (1-64)",
         get: |c| get_u(&c.maxmemory_samples),
         set: |c, v| set_u(&c.maxmemory_samples, v, 1, 64),
@@ -414,6 +427,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "maxmemory-clients",
         mutable: true,
+        protected: false,
         help: "Memory all clients' buffers may hold together, in bytes or as a percentage of maxmemory (10%); past it the clients using the most are closed (0 = no limit)",
         get: |c| {
             let n = c.maxmemory_clients.load(Relaxed);
@@ -447,6 +461,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "timeout",
         mutable: true,
+        protected: false,
         help: "Close clients idle for this many seconds (0 = never)",
         get: |c| get_u(&c.timeout),
         set: |c, v| set_u(&c.timeout, v, 0, i32::MAX as u64),
@@ -454,6 +469,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "proto-max-bulk-len",
         mutable: true,
+        protected: false,
         help: "Largest bulk string a client may send (e.g. 512mb)",
         get: |c| get_u(&c.proto_max_bulk_len),
         set: |c, v| set_mem_min(&c.proto_max_bulk_len, v, 1024 * 1024),
@@ -461,6 +477,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "client-query-buffer-limit",
         mutable: true,
+        protected: false,
         help: "Most unparsed request bytes one client may have buffered (e.g. 1gb)",
         get: |c| get_u(&c.client_query_buffer_limit),
         set: |c, v| set_mem_min(&c.client_query_buffer_limit, v, 1024 * 1024),
@@ -468,6 +485,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "client-output-buffer-limit",
         mutable: true,
+        protected: false,
         help: "`normal <hard> <soft> <seconds>`: pending reply bytes before a client is closed",
         get: |c| {
             let l = c.output_limit();
@@ -517,6 +535,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "hz",
         mutable: true,
+        protected: false,
         help: "Background task frequency (expiry sweeps), per second",
         get: |c| get_u(&c.hz),
         set: |c, v| set_u(&c.hz, v, 1, 500),
@@ -524,6 +543,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "loglevel",
         mutable: true,
+        protected: false,
         help: "debug, verbose, notice, warning, nothing (RUST_LOG, when set, decides at start)",
         get: |c| c.loglevel.read().as_str().into(),
         set: |c, v| {
@@ -538,6 +558,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "tcp-keepalive",
         mutable: true,
+        protected: false,
         help: "Send TCP keepalive probes to clients idle this many seconds (0 = off)",
         get: |c| get_u(&c.tcp_keepalive),
         set: |c, v| set_u(&c.tcp_keepalive, v, 0, i32::MAX as u64),
@@ -545,6 +566,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "lease-timeout",
         mutable: true,
+        protected: false,
         help: "How long a lease on a missing key lasts, in milliseconds, unless the command asks for another time",
         get: |c| get_u(&c.lease_timeout),
         set: |c, v| set_u(&c.lease_timeout, v, 1, i32::MAX as u64),
@@ -552,6 +574,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "lease-max-ttl",
         mutable: true,
+        protected: false,
         help: "The longest lease a command may ask for, in milliseconds",
         get: |c| get_u(&c.lease_max_ttl),
         set: |c, v| set_u(&c.lease_max_ttl, v, 1, i32::MAX as u64),
@@ -559,6 +582,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "lease-max-count",
         mutable: true,
+        protected: false,
         help: "Most leases out at once; more are refused",
         get: |c| get_u(&c.lease_max_count),
         set: |c, v| set_u(&c.lease_max_count, v, 1, i64::MAX as u64),
@@ -566,6 +590,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "lazyfree-lazy-user-del",
         mutable: true,
+        protected: false,
         help: "Accepted for redis-server compatibility: must be `no` (deleted values are freed at once)",
         // DEL and UNLINK both free the value before they reply; saying yes here
         // would promise a background free that never happens.
@@ -583,6 +608,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "save",
         mutable: true,
+        protected: false,
         help: "Snapshot policy: `<seconds> <changes>` pairs, a BGSAVE after that many changes in that many seconds (default \"\": none)",
         get: |c| {
             c.save_policy
@@ -600,6 +626,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "dir",
         mutable: true,
+        protected: true,
         help: "Directory the snapshot is written to and loaded from (default: the working directory)",
         get: |c| c.dir.read().display().to_string(),
         set: |c, v| {
@@ -614,6 +641,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "dbfilename",
         mutable: true,
+        protected: true,
         help: "Name of the snapshot file in `dir` (default dump.rcs; not an RDB file)",
         get: |c| c.dbfilename.read().clone(),
         set: |c, v| {
@@ -627,6 +655,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "snapshot-load-corrupt",
         mutable: true,
+        protected: false,
         help: "At start, a snapshot that fails its checks: `refuse` (exit non-zero, the default) or `start-empty` (log it and serve an empty cache)",
         get: |c| {
             if c.snapshot_start_empty.load(Relaxed) { "start-empty" } else { "refuse" }.into()
@@ -644,6 +673,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "appendonly",
         mutable: true,
+        protected: false,
         help: "Accepted for redis-server compatibility: must be `no`",
         get: |_| "no".into(),
         set: |_, v| {
@@ -657,6 +687,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "databases",
         mutable: false,
+        protected: false,
         help: "Accepted for redis-server compatibility: must be 1",
         get: |_| "1".into(),
         set: |_, v| {
@@ -670,6 +701,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "slowlog-log-slower-than",
         mutable: true,
+        protected: false,
         help: "Log commands slower than this many microseconds in SLOWLOG (-1 = off, 0 = every command)",
         get: |c| c.slowlog_log_slower_than.load(Relaxed).to_string(),
         set: |c, v| {
@@ -682,6 +714,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "slowlog-max-len",
         mutable: true,
+        protected: false,
         help: "Entries SLOWLOG keeps",
         get: |c| get_u(&c.slowlog_max_len),
         set: |c, v| {
@@ -693,6 +726,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "latency-monitor-threshold",
         mutable: true,
+        protected: false,
         help: "Record LATENCY events of at least this many milliseconds (0 = off)",
         get: |c| get_u(&c.latency_monitor_threshold),
         set: |c, v| {
@@ -705,6 +739,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "busy-reply-threshold",
         mutable: true,
+        protected: false,
         help: "Milliseconds a script runs before other clients on its shards get -BUSY and SCRIPT KILL may stop it",
         get: |c| get_u(&c.busy_reply_threshold),
         set: |c, v| set_u(&c.busy_reply_threshold, v, 0, i64::MAX as u64),
@@ -712,6 +747,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "lua-time-limit",
         mutable: true,
+        protected: false,
         help: "The old name of busy-reply-threshold",
         get: |c| get_u(&c.busy_reply_threshold),
         set: |c, v| set_u(&c.busy_reply_threshold, v, 0, i64::MAX as u64),
@@ -719,6 +755,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "lua-allow-undeclared-keys",
         mutable: true,
+        protected: false,
         help: "Let scripts touch keys not declared in KEYS, locking every shard while they run (yes/no)",
         get: |c| {
             if c.lua_allow_undeclared_keys.load(Relaxed) {
@@ -736,6 +773,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "latency-tracking",
         mutable: true,
+        protected: false,
         help: "Keep per-command latency histograms for INFO latencystats (yes/no)",
         get: |c| {
             if c.latency_tracking.load(Relaxed) {
@@ -754,6 +792,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         name: "latency-tracking-info-percentiles",
         mutable: true,
+        protected: false,
         help: "Percentiles INFO latencystats reports, space-separated",
         get: |c| {
             let p = c.latency_tracking_info_percentiles.read();

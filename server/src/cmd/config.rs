@@ -128,6 +128,8 @@ fn config_set(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         }
         let why = if !p.mutable {
             "can't set immutable config"
+        } else if p.protected {
+            "can't set protected config"
         } else if params
             .iter()
             .any(|q: &&crate::config::Param| q.name == p.name)
