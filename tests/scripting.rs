@@ -133,6 +133,11 @@ const SCRIPTS: &[&[&str]] = &[
     &["EVAL", "return {bit.band(0xff, 0x0f), bit.bor(1, 2), bit.bxor(3, 1), bit.lshift(1, 31), bit.tohex(255), bit.bnot(0)}", "0"],
     &["EVAL", "return redis.sha1hex('abc')", "0"],
     &["EVAL", "return redis.LOG_WARNING", "0"],
+    // Bytecode is parsed as text, so refused as a syntax error, however it comes.
+    &["EVAL", "local f, e = loadstring(string.dump(function() return 1 end), 'nm') return {tostring(f), e}", "0"],
+    &["EVAL", "local i = 0 local f, e = load(function() i = i + 1 if i == 1 then return string.char(27) .. 'Lua' end end) return {tostring(f), e}", "0"],
+    &["EVAL", "\u{1b}LuaQ", "0"],
+    &["EVAL", "return {loadstring('return 5')(), load(function() return nil end) ~= nil}", "0"],
     &["EVALSHA", "ffffffffffffffffffffffffffffffffffffffff", "0"],
     &["SCRIPT", "KILL"],
     &["SCRIPT", "FLUSH", "bogus"],
@@ -360,4 +365,185 @@ fn busy_then_script_kill() {
     }
     assert_eq!(writer.join().unwrap(), ":1\r\n");
     assert_eq!(c.text(&["GET", "k"]), "$1\r\nw\r\n");
+}
+
+/// Starts `body` on key `k` from a thread of its own and returns once it runs;
+/// the thread returns the script's reply.
+fn spin(port: u16, body: &'static str) -> std::thread::JoinHandle<String> {
+    let h = std::thread::spawn(move || Conn::new(port).text(&["EVAL", body, "1", "k"]));
+    let mut c = Conn::new(port);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // CLIENT LIST shows a connection's command from the moment it starts.
+    while !c
+        .text(&["CLIENT", "LIST"])
+        .lines()
+        .any(|l| l.contains(" cmd=eval "))
+    {
+        assert!(Instant::now() < deadline, "the script never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    h
+}
+
+/// SCRIPT KILL until it finds the script (a connection that ran one before may
+/// still be listed while it closes).
+fn kill(c: &mut Conn) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match c.text(&["SCRIPT", "KILL"]).as_str() {
+            "+OK\r\n" => return,
+            "-NOTBUSY No scripts in execution right now.\r\n" => {}
+            other => panic!("SCRIPT KILL: {other}"),
+        }
+        assert!(Instant::now() < deadline, "no script to kill");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+const KILLED: &str = "-ERR Script killed by user with SCRIPT KILL... script: ";
+
+/// A script cannot catch its own kill: pcall, xpcall and coroutine.resume each
+/// raise it again, so a script looping around any of them still stops.
+#[test]
+fn script_kill_cannot_be_caught() {
+    let s = TestServer::start();
+    let port = s.port;
+    let mut c = Conn::new(port);
+    c.call(&["CONFIG", "SET", "busy-reply-threshold", "50"]);
+    for body in [
+        "while true do pcall(function() while true do end end) end",
+        "while true do xpcall(function() while true do end end, function(e) return e end) end",
+        "while true do coroutine.resume(coroutine.create(function() while true do end end)) end",
+        "while true do redis.pcall('get', KEYS[1]) pcall(error, 'x') end",
+    ] {
+        let h = spin(port, body);
+        kill(&mut c);
+        let r = h.join().unwrap();
+        assert!(r.starts_with(KILLED), "{body}: {r}");
+    }
+    assert_eq!(c.text(&["PING"]), "+PONG\r\n");
+}
+
+/// Commands waiting for a script's shard wait parked, off the runtime's workers:
+/// with three times more waiters than workers, a PING and a key of another shard
+/// are still answered while the script runs and the waiters wait; they are not
+/// blocked clients; the kill lets them run.
+#[test]
+fn clients_waiting_for_a_script_hold_no_worker() {
+    let s = TestServer::start_with(&["--threads", "2"]);
+    let port = s.port;
+    let mut c = Conn::new(port);
+    // Long enough that no waiter turns BUSY during the test.
+    c.call(&["CONFIG", "SET", "busy-reply-threshold", "600000"]);
+    let h = spin(port, "while true do end");
+    let mut waiters: Vec<TcpStream> = (0..6)
+        .map(|_| {
+            let mut w = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            w.write_all(&resp_cmd(&[b"GET", b"k"])).unwrap();
+            w
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut other = Conn::new(port);
+    assert_eq!(other.text(&["PING"]), "+PONG\r\n");
+    let served = (0..64).any(|i| other.text(&["SET", &format!("other{i}"), "1"]) == "+OK\r\n");
+    assert!(served, "no key of another shard was served");
+    assert!(other
+        .text(&["INFO", "clients"])
+        .contains("blocked_clients:0\r\n"));
+    for w in &mut waiters {
+        w.set_nonblocking(true).unwrap();
+        let mut b = [0u8; 64];
+        let r = w.read(&mut b);
+        assert!(
+            matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "a waiter was answered while the script ran: {r:?}"
+        );
+        w.set_nonblocking(false).unwrap();
+    }
+    kill(&mut c);
+    assert!(h.join().unwrap().starts_with(KILLED));
+    for mut w in waiters {
+        w.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        assert_eq!(harness::read_n(&mut w, 5), b"$-1\r\n");
+    }
+}
+
+/// Past the threshold a command inside MULTI hears BUSY, and the transaction is
+/// discarded at EXEC, as Redis flags it; before, queueing does not wait.
+#[test]
+fn busy_inside_multi_aborts_the_transaction() {
+    let s = TestServer::start();
+    let port = s.port;
+    let mut c = Conn::new(port);
+    c.call(&["CONFIG", "SET", "busy-reply-threshold", "0"]);
+    let h = spin(port, "while true do end");
+    let mut m = Conn::new(port);
+    assert_eq!(m.text(&["MULTI"]), "+OK\r\n");
+    assert!(m.text(&["GET", "k"]).starts_with("-BUSY "));
+    assert_eq!(m.text(&["PING"]), "+QUEUED\r\n");
+    assert_eq!(
+        m.text(&["EXEC"]),
+        "-EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+    kill(&mut c);
+    assert!(h.join().unwrap().starts_with(KILLED));
+
+    c.call(&["CONFIG", "SET", "busy-reply-threshold", "600000"]);
+    let h = spin(port, "while true do end");
+    assert_eq!(m.text(&["MULTI"]), "+OK\r\n");
+    assert_eq!(m.text(&["SET", "k", "v"]), "+QUEUED\r\n");
+    m.s.write_all(&resp_cmd(&[b"EXEC"])).unwrap();
+    kill(&mut c);
+    assert!(h.join().unwrap().starts_with(KILLED));
+    let mut buf = Vec::new();
+    while parse_frame(&buf, &Limits::default()).unwrap().is_none() {
+        let mut b = [0u8; 64];
+        let n = m.s.read(&mut b).unwrap();
+        assert!(n > 0);
+        buf.extend_from_slice(&b[..n]);
+    }
+    assert_eq!(buf, b"*1\r\n+OK\r\n", "EXEC ran once the script ended");
+    assert_eq!(c.text(&["GET", "k"]), "$1\r\nv\r\n");
+}
+
+/// Bytecode never runs: EVAL of a binary chunk and loadstring of string.dump's
+/// output are syntax errors (checked byte for byte against Redis above), so the
+/// function a dump holds is never called.
+#[test]
+fn bytecode_never_runs() {
+    let s = TestServer::start();
+    let mut c = Conn::new(s.port);
+    let r = c.text(&[
+        "EVAL",
+        "local f = loadstring(string.dump(function() return 'ran' end)) return f and f() or 'refused'",
+        "0",
+    ]);
+    assert_eq!(r, "$7\r\nrefused\r\n");
+}
+
+/// SHUTDOWN waits for a running script and past the threshold answers BUSY, as
+/// Redis does; SHUTDOWN NOSAVE stops it and exits.
+#[test]
+fn shutdown_nosave_ends_a_script_that_will_not() {
+    let mut s = TestServer::start_with(&["--save", "900 1"]);
+    let port = s.port;
+    let mut c = Conn::new(port);
+    c.call(&["CONFIG", "SET", "busy-reply-threshold", "100"]);
+    let h = spin(port, "redis.call('set', KEYS[1], 'x') while true do end");
+    assert!(c.text(&["SHUTDOWN"]).starts_with("-BUSY "));
+    assert!(c.text(&["SCRIPT", "KILL"]).starts_with("-UNKILLABLE "));
+    c.s.write_all(&resp_cmd(&[b"SHUTDOWN", b"NOSAVE"])).unwrap();
+    assert!(s.wait_exit(Duration::from_secs(20)).success());
+    assert!(h.join().unwrap().starts_with(KILLED));
+}
+
+/// SIGTERM stops a script that will not end, written or not.
+#[test]
+fn sigterm_ends_a_script_that_will_not() {
+    let s = TestServer::start();
+    let h = spin(s.port, "redis.call('set', KEYS[1], 'x') while true do end");
+    assert!(s.terminate().success());
+    let r = h.join().unwrap();
+    assert!(r.starts_with(KILLED), "{r}");
 }

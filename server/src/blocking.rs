@@ -32,8 +32,11 @@ pub struct Wait {
     /// When to run the command again even if nothing woke it: a lapsing lease sends
     /// no signal.
     pub recheck_at: Instant,
-    /// When the command stops waiting and answers that it timed out.
-    pub deadline: Instant,
+    /// When the command stops waiting and answers that it timed out; `None` for a
+    /// command that waits, unrun, for another client's script to let go of its
+    /// shards: it is not a blocked client (CLIENT UNBLOCK does not apply), and it
+    /// runs again as if fresh.
+    pub deadline: Option<Instant>,
 }
 
 /// A command waiting to run again.
@@ -60,9 +63,11 @@ impl Parked {
 pub fn park(server: &Server, info: &ClientInfo, args: &mut Vec<Bytes>, wait: Wait) -> Parked {
     // A CLIENT UNBLOCK that raced with the end of an earlier wait must not end this
     // one. (One that comes while this command waits is kept.)
-    info.take_unblock();
-    info.parks.fetch_add(1, Relaxed);
-    set_blocked(server, info, true);
+    if wait.deadline.is_some() {
+        info.take_unblock();
+        info.parks.fetch_add(1, Relaxed);
+        set_blocked(server, info, true);
+    }
     Parked {
         args: std::mem::take(args),
         wait,
@@ -72,7 +77,7 @@ pub fn park(server: &Server, info: &ClientInfo, args: &mut Vec<Bytes>, wait: Wai
 
 /// Takes a due parked command to run again: its arguments, and the deadline it was
 /// first parked with (so that waking up never extends its wait).
-pub fn take_due(parked: &mut Option<Parked>) -> Option<(Vec<Bytes>, Instant)> {
+pub fn take_due(parked: &mut Option<Parked>) -> Option<(Vec<Bytes>, Option<Instant>)> {
     let p = parked.take_if(|p| p.due())?;
     Some((p.args, p.wait.deadline))
 }
@@ -86,11 +91,19 @@ pub fn rerun_ended(
     wait: Option<Wait>,
 ) -> Option<Parked> {
     match wait {
-        Some(wait) => Some(Parked {
-            args,
-            wait,
-            woken: false,
-        }),
+        Some(wait) => {
+            // Run again after waiting for a script, it may now block for real.
+            if wait.deadline.is_some() && !info.blocked.load(Relaxed) {
+                info.take_unblock();
+                info.parks.fetch_add(1, Relaxed);
+            }
+            set_blocked(server, info, wait.deadline.is_some());
+            Some(Parked {
+                args,
+                wait,
+                woken: false,
+            })
+        }
         None => {
             set_blocked(server, info, false);
             None

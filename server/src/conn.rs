@@ -69,7 +69,13 @@ pub async fn serve(server: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>
         Closed::Limit(why) => tracing::warn!(client = info.id, addr = %info.addr, "{why}"),
     }
     blocking::set_blocked(&server, &info, false);
-    cmd::discard_session_state(&server, &mut session);
+    if session.watched.is_empty() || !server.scripts.any_running() {
+        cmd::discard_session_state(&server, &mut session);
+    } else {
+        // Unwatching locks the watched keys' shards, which a script may hold for
+        // as long as it runs.
+        crate::offload::offload(|| cmd::discard_session_state(&server, &mut session));
+    }
     server.clients.unregister(info.id);
 }
 
@@ -110,7 +116,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
         // 1. Run the parked command again if it was woken or its time is up, then
         // every complete request in the buffer.
         if let Some((args, deadline)) = blocking::take_due(&mut parked) {
-            let wait = match cmd::dispatch(server, session, &args, &mut wbuf, Some(deadline)) {
+            let wait = match cmd::dispatch(server, session, &args, &mut wbuf, deadline) {
                 Flow::Park(wait) => Some(wait),
                 // A lease command run again never asks to close.
                 Flow::Continue | Flow::Close => None,

@@ -51,7 +51,14 @@ pub async fn run(
     }
     tracing::info!("shutting down: closing connections");
     tracker.close();
-    tracker.wait().await;
+    // A script that never ends would hold its connection, and so the exit, forever.
+    server.scripts.kill_all();
+    while tokio::time::timeout(Duration::from_millis(100), tracker.wait())
+        .await
+        .is_err()
+    {
+        server.scripts.kill_all();
+    }
     let _ = tokio::task::spawn_blocking(move || cron.join()).await;
     let _ = tokio::task::spawn_blocking(move || (saver.join(), loader.map(|l| l.join()))).await;
     if let Some(e) = server.persist.load_error.lock().take() {

@@ -182,7 +182,7 @@ pub(super) fn on_miss(ctx: &mut Ctx<'_, '_>, key: &[u8], opts: LeaseOpts) -> Cmd
                 ctx.park(Wait {
                     wake: ended,
                     recheck_at: deadline.min(now + lease_left),
-                    deadline,
+                    deadline: Some(deadline),
                 });
                 Ok(Frame::Null)
             }

@@ -37,8 +37,9 @@ mod transactions;
 pub use transactions::discard_session_state;
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::LazyLock;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use relcache_protocol::resp::Frame;
@@ -368,9 +369,18 @@ fn execute(
         }
         return Outcome::Reply(CmdError::Loading.to_frame());
     }
-    if !spec.has(spec::ALLOW_BUSY) && busy_script(server, session, spec, args) {
-        server.cmdstats[id].rejected_calls.incr();
-        return Outcome::Reply(CmdError::Busy.to_frame());
+    match script_gate(server, session, spec, args) {
+        Gate::Go => {}
+        Gate::Busy => {
+            server.cmdstats[id].rejected_calls.incr();
+            if let Some(m) = &mut session.multi {
+                m.failed = true;
+            }
+            return Outcome::Reply(CmdError::Busy.to_frame());
+        }
+        // Queueing touches no key: only what runs now waits.
+        Gate::Wait(_) if session.multi.is_some() && !spec.has(spec::NOT_QUEUED) => {}
+        Gate::Wait(wait) => return Outcome::Park(wait),
     }
     if let Some(m) = &mut session.multi {
         if spec.has(spec::NO_MULTI) {
@@ -403,39 +413,86 @@ fn execute(
     run(server, session, id, spec, args, None, resumed)
 }
 
-/// Whether a script of another client has run past `busy-reply-threshold` while
-/// holding a shard this command needs (see `scripting`): answered BUSY, as Redis
-/// does. Until then the command waits for the script, polling rather than
-/// blocking on the shard lock, so that it can still be answered BUSY.
-fn busy_script(server: &Server, session: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
+/// What a command does about other clients' scripts (see `scripting`).
+enum Gate {
+    /// None holds a shard it needs.
+    Go,
+    /// One has held a shard it needs past `busy-reply-threshold`: answered BUSY,
+    /// as Redis answers every command then.
+    Busy,
+    /// One holds a shard it needs and has not run that long: the command waits,
+    /// parked rather than blocking its worker on the shard lock, and runs again
+    /// when a script ends or the threshold passes.
+    Wait(Wait),
+}
+
+fn script_gate(server: &Server, session: &Session, spec: &CommandSpec, args: &[Bytes]) -> Gate {
     use crate::script::Holder;
-    if server
-        .scripts
-        .holder(session.id(), None, std::time::Duration::MAX)
-        == Holder::Free
-    {
-        return false;
+    let scripts = &server.scripts;
+    if !scripts.any_running() {
+        return Gate::Go;
     }
-    let shards: Option<Vec<usize>> = spec.key_indices(args).map(|idx| {
-        idx.iter()
-            .map(|&i| server.db.shard_index(&args[i]))
-            .collect()
-    });
-    loop {
-        let ms = server
-            .config
-            .busy_reply_threshold
-            .load(std::sync::atomic::Ordering::Relaxed);
-        let threshold = std::time::Duration::from_millis(ms);
-        match server
-            .scripts
-            .holder(session.id(), shards.as_deref(), threshold)
-        {
-            Holder::Free => return false,
-            Holder::Busy => return true,
-            Holder::Running => std::thread::sleep(std::time::Duration::from_millis(1)),
+    let shards = gate_shards(server, session, spec, args);
+    // Subscribed before looking, so a script that ends in between still wakes it.
+    let wake = scripts.on_end();
+    let ms = server.config.busy_reply_threshold.load(Relaxed);
+    match scripts.holder(session.id(), shards.as_deref(), Duration::from_millis(ms)) {
+        Holder::Free => Gate::Go,
+        // Commands allowed while busy (UNWATCH, DISCARD …) still need their shards.
+        Holder::Busy if !spec.has(spec::ALLOW_BUSY) => Gate::Busy,
+        Holder::Busy => Gate::Wait(script_wait(wake, Instant::now())),
+        Holder::Running { busy_at } => Gate::Wait(script_wait(wake, busy_at)),
+    }
+}
+
+/// Parks until a script ends, or until `busy_at`; looked at again at least every
+/// 100 ms, so a `busy-reply-threshold` lowered meanwhile takes effect.
+pub(super) fn script_wait(wake: tokio::sync::watch::Receiver<()>, busy_at: Instant) -> Wait {
+    let now = Instant::now();
+    Wait {
+        wake,
+        recheck_at: busy_at.clamp(
+            now + Duration::from_millis(1),
+            now + Duration::from_millis(100),
+        ),
+        deadline: None,
+    }
+}
+
+/// The shards a command will lock (`None`: all of them): its keys', EXEC's queued
+/// commands', and the watched keys', which EXEC, DISCARD, UNWATCH and RESET lock
+/// to unwatch them.
+fn gate_shards(
+    server: &Server,
+    session: &Session,
+    spec: &CommandSpec,
+    args: &[Bytes],
+) -> Option<Vec<usize>> {
+    let unwatches = matches!(spec.name, "exec" | "discard" | "unwatch" | "reset");
+    let mut shards: Vec<usize> = match unwatches {
+        true => session
+            .watched
+            .iter()
+            .map(|(k, _)| server.db.shard_index(k))
+            .collect(),
+        false => Vec::new(),
+    };
+    let mut add = |spec: &CommandSpec, args: &[Bytes]| -> Option<()> {
+        let idx = spec.key_indices(args)?;
+        shards.extend(idx.iter().map(|&i| server.db.shard_index(&args[i])));
+        Some(())
+    };
+    match &session.multi {
+        Some(m) if spec.has(spec::RUNS_QUEUED) => {
+            for queued in &m.queued {
+                if let Ok((_, spec)) = resolve(registry(), queued) {
+                    add(spec, queued)?;
+                }
+            }
         }
+        _ => add(spec, args)?,
     }
+    Some(shards)
 }
 
 /// Finds the command (and subcommand) for `args` and checks its arity.
@@ -514,10 +571,10 @@ pub(crate) fn run<'a, 'v>(
     resumed: Option<Instant>,
 ) -> Outcome {
     let start = Instant::now();
-    session
-        .info
-        .last_cmd
-        .store(id, std::sync::atomic::Ordering::Relaxed);
+    // Inside EXEC or a script, CLIENT LIST goes on showing exec or eval, as Redis's.
+    if exec_view.is_none() {
+        session.info.last_cmd.store(id, Relaxed);
+    }
     let mut ctx = Ctx {
         server,
         session,

@@ -15,10 +15,12 @@
 //! global lock. Inside MULTI the script runs under the transaction's locks, which
 //! cover its KEYS only, so undeclared keys are refused there whatever the flags.
 
-use bytes::Bytes;
-use relcache_protocol::resp::{Frame, Protocol};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use relcache_protocol::resp::{Frame, Protocol};
 
 use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, registry, resolve, run, Ctx, Outcome, ViewSlot};
@@ -26,7 +28,7 @@ use crate::db::{LockMode, View};
 use crate::error::{CmdError, CmdResult};
 use crate::script::convert::Resp;
 use crate::script::runtime::{self, Invocation};
-use crate::script::{Kill, Running, Script};
+use crate::script::{Holder, Kill, Running, Script};
 use crate::server::Server;
 use crate::session::Session;
 
@@ -236,6 +238,23 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[Bytes], script: &Script, ro: bool
         s.dedup();
         s
     });
+    // Registered before its shards are locked: a command that finds them taken
+    // then waits parked, or hears BUSY, instead of queueing on the lock.
+    let wake = server.scripts.on_end();
+    let threshold = Duration::from_millis(server.config.busy_reply_threshold.load(Relaxed));
+    let running = match server
+        .scripts
+        .try_start(ctx.session.id(), shards, threshold)
+    {
+        Ok(running) => running,
+        // Inside EXEC nothing may wait (the transaction holds its locks); EXEC
+        // waited for these shards, so this is a script that started since.
+        Err(Holder::Running { busy_at }) if !in_exec => {
+            ctx.park(super::script_wait(wake, busy_at));
+            return Ok(Frame::Null);
+        }
+        Err(_) => return Err(CmdError::Busy),
+    };
     let session = &mut *ctx.session;
     let mut own;
     let view: &mut View<'_> = match &mut ctx.view {
@@ -245,7 +264,6 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[Bytes], script: &Script, ro: bool
             &mut own
         }
     };
-    let running = server.scripts.start(session.id(), shards);
     // A script may run long: the worker's other connections move to another
     // thread meanwhile (the thread-local Lua state stays with this one).
     let reply = crate::offload::offload(|| {

@@ -6,6 +6,7 @@
 //! single database (SWAPDB 0 0 is the only swap). DBSIZE reads the lock-free key counts; only FLUSHDB / FLUSHALL
 //! (keyspace-wide writes) go through a [`View`](crate::db::View).
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -14,6 +15,7 @@ use relcache_protocol::resp::Frame;
 use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, Ctx};
 use crate::error::{CmdError, CmdResult};
+use crate::script::Holder;
 
 pub(super) const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -152,6 +154,26 @@ fn shutdown(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         return Err(CmdError::err("Command not allowed inside a transaction"));
     }
     let server = ctx.server;
+    if nosave {
+        // As in Redis, the way out from under a script that will not end.
+        server.scripts.kill_all();
+    } else {
+        // Saving would wait for the shards a script holds: wait for it as other
+        // commands do, and past `busy-reply-threshold` answer BUSY, as Redis does.
+        let wake = server.scripts.on_end();
+        let ms = server.config.busy_reply_threshold.load(Relaxed);
+        match server
+            .scripts
+            .holder(ctx.session.id(), None, Duration::from_millis(ms))
+        {
+            Holder::Free => {}
+            Holder::Busy => return Err(CmdError::Busy),
+            Holder::Running { busy_at } => {
+                ctx.park(super::script_wait(wake, busy_at));
+                return Ok(Frame::Null);
+            }
+        }
+    }
     let policy = !server.config.save_policy.read().is_empty();
     // Redis never saves over the file it is still loading.
     if (save || (policy && !nosave)) && !server.persist.loading() {

@@ -12,6 +12,7 @@
 //!   Lua values and back.
 
 pub mod convert;
+mod interrupt;
 mod libs;
 pub mod runtime;
 mod sandbox;
@@ -108,6 +109,7 @@ fn parse_shebang(body: &[u8]) -> Result<Flags, String> {
 }
 
 /// A script running now, as other connections see it.
+#[derive(Debug)]
 pub struct Running {
     /// The client running it (its own connection is never told BUSY).
     pub client: u64,
@@ -126,8 +128,9 @@ pub struct Running {
 pub enum Holder {
     /// No other client's script holds a shard it needs.
     Free,
-    /// One does, and has not yet run past the threshold: the command waits.
-    Running,
+    /// One does, and has not yet run past the threshold: the command waits, at
+    /// most until `busy_at`, when the first of them will have.
+    Running { busy_at: Instant },
     /// One does and has run past the threshold: the command is answered BUSY.
     Busy,
 }
@@ -141,7 +144,6 @@ pub enum Kill {
 }
 
 /// The script cache and the running scripts, shared by every connection.
-#[derive(Default)]
 pub struct Scripts {
     cache: RwLock<HashMap<String, Arc<Script>>>,
     /// Raised by SCRIPT FLUSH: each thread's runtime drops what it compiled.
@@ -149,6 +151,20 @@ pub struct Scripts {
     running: Mutex<Vec<Arc<Running>>>,
     /// `running.len()`, read without the lock on every command.
     active: AtomicUsize,
+    /// Signalled each time a script ends: commands parked behind one run again.
+    ended: tokio::sync::watch::Sender<()>,
+}
+
+impl Default for Scripts {
+    fn default() -> Self {
+        Scripts {
+            cache: RwLock::default(),
+            generation: AtomicU64::new(0),
+            running: Mutex::default(),
+            active: AtomicUsize::new(0),
+            ended: tokio::sync::watch::channel(()).0,
+        }
+    }
 }
 
 impl Scripts {
@@ -177,9 +193,22 @@ impl Scripts {
         self.generation.load(Relaxed)
     }
 
-    /// Registers a script that starts now; it counts as running until
-    /// [`finish`](Self::finish).
-    pub fn start(&self, client: u64, shards: Option<Vec<usize>>) -> Arc<Running> {
+    /// Registers a script of `client` that needs `shards` (`None`: every shard),
+    /// unless another client's script holds one of them: then what that one's
+    /// standing is, and nothing is registered. Checking and registering under one
+    /// lock means two scripts never both pass and then queue on each other's shard
+    /// locks, where the second would hold a worker thread and never hear BUSY.
+    pub fn try_start(
+        &self,
+        client: u64,
+        shards: Option<Vec<usize>>,
+        threshold: Duration,
+    ) -> Result<Arc<Running>, Holder> {
+        let mut running = self.running.lock();
+        match standing(&running, client, shards.as_deref(), threshold) {
+            Holder::Free => {}
+            held => return Err(held),
+        }
         let r = Arc::new(Running {
             client,
             started: Instant::now(),
@@ -187,16 +216,17 @@ impl Scripts {
             killed: AtomicBool::new(false),
             wrote: AtomicBool::new(false),
         });
-        let mut running = self.running.lock();
         running.push(r.clone());
         self.active.store(running.len(), Relaxed);
-        r
+        Ok(r)
     }
 
     pub fn finish(&self, r: &Arc<Running>) {
         let mut running = self.running.lock();
         running.retain(|x| !Arc::ptr_eq(x, r));
         self.active.store(running.len(), Relaxed);
+        drop(running);
+        self.ended.send_replace(());
     }
 
     /// Whether a command of `client` touching `shards` (`None`: every shard) may
@@ -205,22 +235,17 @@ impl Scripts {
         if self.active.load(Relaxed) == 0 {
             return Holder::Free;
         }
-        let running = self.running.lock();
-        let mut holders = running.iter().filter(|r| {
-            r.client != client
-                && match (&r.shards, shards) {
-                    (None, _) | (_, None) => true,
-                    (Some(held), Some(wanted)) => wanted.iter().any(|s| held.contains(s)),
-                }
-        });
-        let mut found = Holder::Free;
-        for r in &mut holders {
-            if r.started.elapsed() >= threshold {
-                return Holder::Busy;
-            }
-            found = Holder::Running;
-        }
-        found
+        standing(&self.running.lock(), client, shards, threshold)
+    }
+
+    /// Whether any script runs now.
+    pub fn any_running(&self) -> bool {
+        self.active.load(Relaxed) != 0
+    }
+
+    /// Fires when a script ends after this call.
+    pub fn on_end(&self) -> tokio::sync::watch::Receiver<()> {
+        self.ended.subscribe()
     }
 
     /// SCRIPT KILL: stops every running script, unless one has written.
@@ -237,6 +262,50 @@ impl Scripts {
         }
         Kill::Killed
     }
+
+    /// Stops every running script, written or not: the server is going away
+    /// (SHUTDOWN NOSAVE, SIGTERM), and a script that never ends would keep its
+    /// connection, and so the process, alive.
+    pub fn kill_all(&self) {
+        for r in self.running.lock().iter() {
+            r.killed.store(true, Relaxed);
+        }
+    }
+}
+
+fn standing(
+    running: &[Arc<Running>],
+    client: u64,
+    shards: Option<&[usize]>,
+    threshold: Duration,
+) -> Holder {
+    let holders = running.iter().filter(|r| {
+        r.client != client
+            && match (&r.shards, shards) {
+                (None, _) | (_, None) => true,
+                (Some(held), Some(wanted)) => wanted.iter().any(|s| held.contains(s)),
+            }
+    });
+    let mut found = Holder::Free;
+    for r in holders {
+        // A threshold past any instant (`u64::MAX` ms) is a century: never, here.
+        let busy_at = r
+            .started
+            .checked_add(threshold)
+            .or_else(|| {
+                r.started
+                    .checked_add(Duration::from_secs(100 * 365 * 86_400))
+            })
+            .unwrap_or(r.started);
+        if threshold == Duration::ZERO || Instant::now() >= busy_at {
+            return Holder::Busy;
+        }
+        found = match found {
+            Holder::Running { busy_at: b } if b <= busy_at => found,
+            _ => Holder::Running { busy_at },
+        };
+    }
+    found
 }
 
 #[cfg(test)]
@@ -274,17 +343,31 @@ mod tests {
     #[test]
     fn busy_only_for_other_clients_on_held_shards() {
         let s = Scripts::default();
-        let r = s.start(1, Some(vec![3]));
+        let hour = Duration::from_secs(3600);
+        let r = s.try_start(1, Some(vec![3]), hour).unwrap();
         let zero = Duration::ZERO;
         assert_eq!(s.holder(2, Some(&[3]), zero), Holder::Busy);
         assert_eq!(s.holder(2, None, zero), Holder::Busy);
         assert_eq!(s.holder(2, Some(&[4]), zero), Holder::Free);
         assert_eq!(s.holder(1, Some(&[3]), zero), Holder::Free);
-        let hour = Duration::from_secs(3600);
-        assert_eq!(s.holder(2, Some(&[3]), hour), Holder::Running);
+        let busy_at = r.started + hour;
+        assert_eq!(s.holder(2, Some(&[3]), hour), Holder::Running { busy_at });
+        // A second script on a held shard is not registered; on another one it is.
+        assert_eq!(
+            s.try_start(2, Some(vec![3, 5]), hour).unwrap_err(),
+            Holder::Running { busy_at }
+        );
+        assert!(matches!(s.try_start(2, None, zero), Err(Holder::Busy)));
+        let other = s.try_start(2, Some(vec![5]), hour).unwrap();
+        s.finish(&other);
+        let ended = s.on_end();
         assert_eq!(s.kill(), Kill::Killed);
         assert!(r.killed.load(Relaxed));
         s.finish(&r);
+        assert!(
+            ended.has_changed().unwrap(),
+            "a script's end wakes its waiters"
+        );
         assert_eq!(s.kill(), Kill::NotBusy);
     }
 }

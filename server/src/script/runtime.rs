@@ -9,7 +9,7 @@
 //! A script runs under `xpcall` with a message handler that, like Redis's, turns
 //! any error into `{err=…}` and notes the script line it came from, for Redis's
 //! `<error> script: <sha>, on @user_script:<line>.` reply. An instruction-count
-//! hook checks the SCRIPT KILL flag.
+//! hook ([`interrupt`]) stops a killed script.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -17,18 +17,13 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use mlua::{Function, HookTriggers, Lua, MultiValue, Table, Value, VmState};
+use mlua::{Function, Lua, MultiValue, Table, Value};
 use relcache_protocol::resp::Frame;
 
 use super::convert::{frame_to_lua, lua_to_frame, Resp};
+use super::interrupt::{self, KILLED};
 use super::sandbox::{error_table, new_state, CallError, State};
 use super::{Running, Script, Scripts};
-
-/// How often (in Lua instructions) a running script checks whether it was killed.
-const HOOK_EVERY: u32 = 10_000;
-
-/// What the hook raises once SCRIPT KILL asked.
-const KILLED: &str = "ERR Script killed by user with SCRIPT KILL...";
 
 /// Runs one command for the script (`redis.call` / `redis.pcall`): its reply, or
 /// an error frame for a refused or failed command.
@@ -79,11 +74,23 @@ impl Runtime {
         if let Some(f) = self.functions.get(&script.sha) {
             return Ok(f.clone());
         }
+        // Bytecode fails as a syntax error, as in Redis 7 (see the sandbox).
+        let code = script.code();
+        let spaced;
+        let code = if code.first() == Some(&0x1b) {
+            spaced = [b" ", code].concat();
+            &spaced[..]
+        } else {
+            code
+        };
         let f = self
             .state
             .lua
-            .load(script.code())
+            .load(code)
             .set_name("@user_script")
+            // Lua 5.1 trusts bytecode blindly: a crafted chunk reads and writes
+            // memory at will. Redis 7 refuses it; so does this.
+            .set_mode(mlua::ChunkMode::Text)
             .into_function()
             .map_err(|e| {
                 let msg = match e {
@@ -122,17 +129,7 @@ fn run_in(
     state.globals.raw_set("KEYS", list(lua, inv.keys)?)?;
     state.globals.raw_set("ARGV", list(lua, inv.argv)?)?;
     state.private.raw_set("resp", 2)?;
-    let running = inv.running.clone();
-    lua.set_hook(
-        HookTriggers::new().every_nth_instruction(HOOK_EVERY),
-        move |_, _| {
-            if running.killed.load(Relaxed) {
-                Err(mlua::Error::runtime(KILLED))
-            } else {
-                Ok(VmState::Continue)
-            }
-        },
-    );
+    let _entered = interrupt::enter(inv.running.clone());
     let private = &state.private;
     let dispatch = RefCell::new(dispatch);
     let result = lua.scope(|scope| {
@@ -170,7 +167,6 @@ fn run_in(
             script_error(&value, &inv.script.sha, killed)
         })
     });
-    lua.remove_hook();
     result
 }
 

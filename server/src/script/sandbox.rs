@@ -12,16 +12,18 @@
 
 use mlua::{Function, Lua, LuaOptions, StdLib, Table, Value};
 
-use super::libs;
+use super::{interrupt, libs};
 
 /// Runs once per Lua state. `...` is the real `redis` table (the runtime sets
 /// `call` and `pcall` in it for each run), the runtime's private table (`resp`),
 /// the `cjson` and `bit` tables, and the function that turns a failed
 /// `redis.call` caught by `pcall` into its error text (as Redis 7 hands it).
 const PRELUDE: &str = r#"
-local redis, private, cjson, bit, error_text = ...
+local redis, private, cjson, bit, error_text, killed = ...
 local pairs, ipairs, error, type, tostring = pairs, ipairs, error, type, tostring
-local pcall = pcall
+local pcall, xpcall, loadstring, load = pcall, xpcall, loadstring, load
+local concat = table.concat
+local KILLED = 'ERR Script killed by user with SCRIPT KILL...'
 local rawset, setmetatable, getmetatable = rawset, setmetatable, getmetatable
 local G = _G
 local hidden = {}
@@ -44,9 +46,36 @@ end
 -- as in Redis.
 local function caught(ok, ...)
   if ok then return ok, ... end
+  if killed() then error(KILLED, 0) end
   return false, error_text((...))
 end
 hidden.pcall = function(f, ...) return caught(pcall(f, ...)) end
+-- SCRIPT KILL's error cannot be caught: whatever catches one raises it again.
+local function rekill(ok, ...)
+  if not ok and killed() then error(KILLED, 0) end
+  return ok, ...
+end
+hidden.xpcall = function(f, handler) return rekill(xpcall(f, handler)) end
+local resume = hidden.coroutine.resume
+hidden.coroutine.resume = function(co, ...) return rekill(resume(co, ...)) end
+-- Source text only. Lua 5.1 runs bytecode unverified (a crafted chunk reads
+-- and writes memory at will); Redis 7 parses every chunk as text, so bytecode
+-- fails as a syntax error. The leading space makes the parser say the same.
+hidden.loadstring = function(s, name)
+  if type(s) == 'string' and s:byte(1) == 27 then return loadstring(' ' .. s, name or s) end
+  return loadstring(s, name)
+end
+hidden.load = function(reader, name)
+  if type(reader) ~= 'function' then return load(reader, name) end
+  local parts = {}
+  while true do
+    local piece = reader()
+    if piece == nil or piece == '' then break end
+    if type(piece) ~= 'string' then return nil, 'reader function must return a string' end
+    parts[#parts + 1] = piece
+  end
+  return hidden.loadstring(concat(parts), name or '=(load)')
+end
 redis.setresp = function(n)
   if n ~= 2 and n ~= 3 then error({err = 'ERR RESP version must be 2 or 3.'}, 0) end
   private.resp = n
@@ -92,7 +121,7 @@ setmetatable(G, {
   __newindex = refuse,
   __metatable = false,
 })
-return hidden, hidden.xpcall
+return hidden, xpcall
 "#;
 
 /// A sandboxed state and the handles the runtime needs into it.
@@ -136,7 +165,9 @@ pub(super) fn new_state() -> mlua::Result<State> {
                 _ => e,
             })
         })?,
+        lua.create_function(|_, ()| Ok(interrupt::killed()))?,
     ))?;
+    interrupt::install(&lua)?;
     Ok(State {
         lua,
         globals,
