@@ -45,6 +45,16 @@ fn eventually(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// Starts a server on `dir` and waits until it has loaded its snapshot.
+fn restart_loaded(dir: &TempDir) -> (TestServer, redis::Connection) {
+    let srv = start_in(dir, &[]);
+    let mut con = srv.conn();
+    eventually(20, "the load", || {
+        persistence::<u8>(&mut con, "loading") == 0
+    });
+    (srv, con)
+}
+
 #[test]
 fn save_then_sigkill_and_restart_gives_back_strings_sets_seq_and_ttls() {
     let dir = TempDir::new("roundtrip");
@@ -99,11 +109,7 @@ fn save_then_sigkill_and_restart_gives_back_strings_sets_seq_and_ttls() {
                // "short" expires while the server is down.
     std::thread::sleep(Duration::from_millis(400));
 
-    let srv = start_in(&dir, &[]);
-    let mut con = srv.conn();
-    eventually(20, "the load", || {
-        persistence::<u8>(&mut con, "loading") == 0
-    });
+    let (_srv, mut con) = restart_loaded(&dir);
     for i in (0..500).step_by(37) {
         let v: String = q(&mut con, &["GET", &format!("str:{i}")]);
         assert_eq!(v, format!("value-{i}"));
@@ -243,11 +249,7 @@ fn bgsave_while_clients_write_completes_and_loads() {
     drop(con);
     drop(srv);
 
-    let srv = start_in(&dir, &[]);
-    let mut con = srv.conn();
-    eventually(20, "the load", || {
-        persistence::<u8>(&mut con, "loading") == 0
-    });
+    let (_srv, mut con) = restart_loaded(&dir);
     // Every key that existed before the save started and was not touched since.
     for i in (0..20_000).step_by(97) {
         assert_eq!(
@@ -406,11 +408,7 @@ fn shutdown_save_saves_and_nosave_does_not() {
         .is_err());
     assert!(srv.wait_exit(Duration::from_secs(20)).success());
     assert!(dir.file().exists());
-    let srv = start_in(&dir, &[]);
-    let mut con = srv.conn();
-    eventually(20, "the load", || {
-        persistence::<u8>(&mut con, "loading") == 0
-    });
+    let (_srv, mut con) = restart_loaded(&dir);
     assert_eq!(q::<String>(&mut con, &["GET", "k"]), "v");
 }
 
@@ -426,11 +424,7 @@ fn sigterm_saves_when_a_policy_is_set_and_not_otherwise() {
     let _: () = q(&mut srv.conn(), &["SET", "k", "v"]);
     assert!(srv.terminate().success());
     assert!(dir.file().exists());
-    let srv = start_in(&dir, &[]);
-    let mut con = srv.conn();
-    eventually(20, "the load", || {
-        persistence::<u8>(&mut con, "loading") == 0
-    });
+    let (_srv, mut con) = restart_loaded(&dir);
     assert_eq!(q::<String>(&mut con, &["GET", "k"]), "v");
 }
 
