@@ -256,17 +256,22 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[Bytes], script: &Script, ro: bool
         Err(_) => return Err(CmdError::Busy),
     };
     let session = &mut *ctx.session;
-    let mut own;
-    let view: &mut View<'_> = match &mut ctx.view {
-        ViewSlot::Exec(v) => v,
-        _ => {
-            own = server.db.view(keys, undeclared, mode);
-            &mut own
-        }
+    let exec_view = match &mut ctx.view {
+        ViewSlot::Exec(v) => Some(v),
+        _ => None,
     };
-    // A script may run long: the worker's other connections move to another
-    // thread meanwhile (the thread-local Lua state stays with this one).
+    // A script may run long, and its shards may first have to be waited for: the
+    // worker's other connections move to another thread meanwhile (the
+    // thread-local Lua state stays with this one).
     let reply = crate::offload::offload(|| {
+        let mut own;
+        let view: &mut View<'_> = match exec_view {
+            Some(v) => v,
+            None => {
+                own = server.db.view(keys, undeclared, mode);
+                &mut own
+            }
+        };
         let inv = Invocation {
             script,
             keys,
@@ -275,12 +280,14 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[Bytes], script: &Script, ro: bool
         };
         let mut dispatch =
             |cmd: &[Bytes], resp: Resp| call(server, session, view, &rules, &running, cmd, resp);
-        runtime::run(&server.scripts, inv, &mut dispatch)
+        let reply = runtime::run(&server.scripts, inv, &mut dispatch);
+        if !in_exec {
+            server.absorb_view_stats(view);
+        }
+        reply
     });
+    // Only once its locks are gone, so that whoever it wakes finds its shards free.
     server.scripts.finish(&running);
-    if !in_exec {
-        server.absorb_view_stats(view);
-    }
     Ok(reply)
 }
 
