@@ -413,6 +413,8 @@ fn script_kill_cannot_be_caught() {
     for body in [
         "while true do pcall(function() while true do end end) end",
         "while true do xpcall(function() while true do end end, function(e) return e end) end",
+        // Lua runs an xpcall handler with hooks off when the hook raises.
+        "xpcall(function() while true do end end, function(e) while true do end end)",
         "while true do coroutine.resume(coroutine.create(function() while true do end end)) end",
         "while true do redis.pcall('get', KEYS[1]) pcall(error, 'x') end",
     ] {

@@ -63,8 +63,8 @@ impl Parked {
 pub fn park(server: &Server, info: &ClientInfo, args: &mut Vec<Bytes>, wait: Wait) -> Parked {
     // A CLIENT UNBLOCK that raced with the end of an earlier wait must not end this
     // one. (One that comes while this command waits is kept.)
+    info.take_unblock();
     if wait.deadline.is_some() {
-        info.take_unblock();
         info.parks.fetch_add(1, Relaxed);
         set_blocked(server, info, true);
     }
@@ -174,7 +174,8 @@ pub fn on_unblock(
     let Some(how) = session.info.take_unblock() else {
         return;
     };
-    if parked.take().is_none() {
+    // A command waiting for a script is not blocked: CLIENT UNBLOCK leaves it.
+    if parked.take_if(|p| p.wait.deadline.is_some()).is_none() {
         return;
     }
     let reply = match how {

@@ -369,7 +369,7 @@ fn execute(
         }
         return Outcome::Reply(CmdError::Loading.to_frame());
     }
-    match script_gate(server, session, spec, args) {
+    match script_gate(server, session, spec, args, resumed) {
         Gate::Go => {}
         Gate::Busy => {
             server.cmdstats[id].rejected_calls.incr();
@@ -426,7 +426,15 @@ enum Gate {
     Wait(Wait),
 }
 
-fn script_gate(server: &Server, session: &Session, spec: &CommandSpec, args: &[Bytes]) -> Gate {
+/// `resumed` is the deadline of a blocked command run again: it keeps it while it
+/// waits for the script.
+fn script_gate(
+    server: &Server,
+    session: &Session,
+    spec: &CommandSpec,
+    args: &[Bytes],
+    resumed: Option<Instant>,
+) -> Gate {
     use crate::script::Holder;
     let scripts = &server.scripts;
     if !scripts.any_running() {
@@ -440,8 +448,14 @@ fn script_gate(server: &Server, session: &Session, spec: &CommandSpec, args: &[B
         Holder::Free => Gate::Go,
         // Commands allowed while busy (UNWATCH, DISCARD …) still need their shards.
         Holder::Busy if !spec.has(spec::ALLOW_BUSY) => Gate::Busy,
-        Holder::Busy => Gate::Wait(script_wait(wake, Instant::now())),
-        Holder::Running { busy_at } => Gate::Wait(script_wait(wake, busy_at)),
+        Holder::Busy => Gate::Wait(Wait {
+            deadline: resumed,
+            ..script_wait(wake, Instant::now())
+        }),
+        Holder::Running { busy_at } => Gate::Wait(Wait {
+            deadline: resumed,
+            ..script_wait(wake, busy_at)
+        }),
     }
 }
 

@@ -242,11 +242,11 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[Bytes], script: &Script, ro: bool
     // then waits parked, or hears BUSY, instead of queueing on the lock.
     let wake = server.scripts.on_end();
     let threshold = Duration::from_millis(server.config.busy_reply_threshold.load(Relaxed));
-    let running = match server
+    let registered = match server
         .scripts
         .try_start(ctx.session.id(), shards, threshold)
     {
-        Ok(running) => running,
+        Ok(registered) => registered,
         // Inside EXEC nothing may wait (the transaction holds its locks); EXEC
         // waited for these shards, so this is a script that started since.
         Err(Holder::Running { busy_at }) if !in_exec => {
@@ -255,6 +255,7 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[Bytes], script: &Script, ro: bool
         }
         Err(_) => return Err(CmdError::Busy),
     };
+    let running = &registered.running;
     let session = &mut *ctx.session;
     let exec_view = match &mut ctx.view {
         ViewSlot::Exec(v) => Some(v),
@@ -279,7 +280,7 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[Bytes], script: &Script, ro: bool
             running: running.clone(),
         };
         let mut dispatch =
-            |cmd: &[Bytes], resp: Resp| call(server, session, view, &rules, &running, cmd, resp);
+            |cmd: &[Bytes], resp: Resp| call(server, session, view, &rules, running, cmd, resp);
         let reply = runtime::run(&server.scripts, inv, &mut dispatch);
         if !in_exec {
             server.absorb_view_stats(view);
@@ -287,7 +288,7 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[Bytes], script: &Script, ro: bool
         reply
     });
     // Only once its locks are gone, so that whoever it wakes finds its shards free.
-    server.scripts.finish(&running);
+    drop(registered);
     Ok(reply)
 }
 

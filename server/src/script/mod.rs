@@ -123,6 +123,19 @@ pub struct Running {
     pub wrote: AtomicBool,
 }
 
+/// A script registered as running; dropping it (after its locks are gone) ends
+/// it, and wakes whoever waits, even if the run unwound.
+pub struct Registered<'s> {
+    scripts: &'s Scripts,
+    pub running: Arc<Running>,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.scripts.finish(&self.running);
+    }
+}
+
 /// Whether a command may run while scripts hold shards.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Holder {
@@ -203,7 +216,7 @@ impl Scripts {
         client: u64,
         shards: Option<Vec<usize>>,
         threshold: Duration,
-    ) -> Result<Arc<Running>, Holder> {
+    ) -> Result<Registered<'_>, Holder> {
         let mut running = self.running.lock();
         match standing(&running, client, shards.as_deref(), threshold) {
             Holder::Free => {}
@@ -218,10 +231,13 @@ impl Scripts {
         });
         running.push(r.clone());
         self.active.store(running.len(), Relaxed);
-        Ok(r)
+        Ok(Registered {
+            scripts: self,
+            running: r,
+        })
     }
 
-    pub fn finish(&self, r: &Arc<Running>) {
+    fn finish(&self, r: &Arc<Running>) {
         let mut running = self.running.lock();
         running.retain(|x| !Arc::ptr_eq(x, r));
         self.active.store(running.len(), Relaxed);
@@ -344,7 +360,8 @@ mod tests {
     fn busy_only_for_other_clients_on_held_shards() {
         let s = Scripts::default();
         let hour = Duration::from_secs(3600);
-        let r = s.try_start(1, Some(vec![3]), hour).unwrap();
+        let reg = s.try_start(1, Some(vec![3]), hour).unwrap();
+        let r = reg.running.clone();
         let zero = Duration::ZERO;
         assert_eq!(s.holder(2, Some(&[3]), zero), Holder::Busy);
         assert_eq!(s.holder(2, None, zero), Holder::Busy);
@@ -354,12 +371,11 @@ mod tests {
         assert_eq!(s.holder(2, Some(&[3]), hour), Holder::Running { busy_at });
         // A second script on a held shard is not registered; on another one it is.
         assert_eq!(
-            s.try_start(2, Some(vec![3, 5]), hour).unwrap_err(),
-            Holder::Running { busy_at }
+            s.try_start(2, Some(vec![3, 5]), hour).err(),
+            Some(Holder::Running { busy_at })
         );
         assert!(matches!(s.try_start(2, None, zero), Err(Holder::Busy)));
-        let other = s.try_start(2, Some(vec![5]), hour).unwrap();
-        s.finish(&other);
+        drop(s.try_start(2, Some(vec![5]), hour).unwrap());
         let ended = s.on_end();
         assert_eq!(s.kill(), Kill::Killed);
         assert!(r.killed.load(Relaxed));

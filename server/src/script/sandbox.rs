@@ -55,7 +55,15 @@ local function rekill(ok, ...)
   if not ok and killed() then error(KILLED, 0) end
   return ok, ...
 end
-hidden.xpcall = function(f, handler) return rekill(xpcall(f, handler)) end
+-- The kill is raised from the count hook, and Lua 5.1 runs the error handler
+-- of an xpcall before unwinding, with hooks off: a handler of the script's own
+-- must not run then, or a loop in it could never be stopped.
+hidden.xpcall = function(f, handler)
+  return rekill(xpcall(f, function(e)
+    if killed() then return e end
+    return handler(e)
+  end))
+end
 local resume = hidden.coroutine.resume
 hidden.coroutine.resume = function(co, ...) return rekill(resume(co, ...)) end
 -- Source text only. Lua 5.1 runs bytecode unverified (a crafted chunk reads
