@@ -111,6 +111,11 @@ const SCRIPT: &[&[&str]] = &[
     // to several in its dict's order, which varies from run to run.
     &["PSUBSCRIBE", "h?llo", "z*"],
     &["PUBLISH", "hello", "x"],
+    &[
+        "EVAL",
+        "return redis.call('publish', 'hello', 'from a script')",
+        "0",
+    ],
     &["GET", "x"],
     &["CLIENT", "GETNAME"],
     &["DBSIZE"],

@@ -135,8 +135,6 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
             }
             match decoder.decode(&mut rbuf, &mut args) {
                 Ok(true) => {
-                    // Messages published before this request come before its reply.
-                    pubsub::drain(session, &mut wbuf);
                     let authenticated = session.authenticated;
                     let size: usize = args.iter().map(|a| a.len()).sum();
                     if size > READ_CHUNK {

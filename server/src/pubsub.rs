@@ -373,26 +373,12 @@ impl Encoded {
 }
 
 /// PUBLISH: sends `message` to the channel's subscribers and to every pattern
-/// subscription matching it; returns how many that was. What goes to the client
-/// `publisher` (when given) is returned instead of queued, so the caller can
-/// answer it ahead of PUBLISH's own reply, where Redis writes it.
-pub fn publish(
-    server: &Server,
-    channel: &Bytes,
-    message: &Bytes,
-    publisher: Option<u64>,
-) -> (usize, Vec<Frame>) {
+/// subscription matching it; returns how many that was.
+pub fn publish(server: &Server, channel: &Bytes, message: &Bytes) -> usize {
     let limit = server.config.pubsub_output_limit();
     let inner = server.pubsub.inner.read();
     let mut receivers = 0;
-    let mut own = Vec::new();
-    let mut send = |s: &Subscriber, msg: &mut Encoded| {
-        if Some(s.info.id) == publisher {
-            own.push(msg.frame.clone());
-        } else {
-            s.send(server, limit, msg.for_client(&s.info));
-        }
-    };
+    let send = |s: &Subscriber, msg: &mut Encoded| s.send(server, limit, msg.for_client(&s.info));
     if let Some(subs) = inner.channels.get(channel) {
         let mut msg = Encoded::new(Frame::Push(vec![
             Frame::Bulk(Bytes::from_static(b"message")),
@@ -419,7 +405,7 @@ pub fn publish(
         }
         receivers += subs.len();
     }
-    (receivers, own)
+    receivers
 }
 
 /// Waits for the next message for this connection; never resolves without a
@@ -443,8 +429,10 @@ pub fn deliver(msg: Option<Bytes>, session: &mut Session, out: &mut BytesMut) {
     drain(session, out);
 }
 
-/// Moves what is already queued into the output, so that messages published
-/// before a command ran come before its reply, as Redis writes them.
+/// Moves what is already queued into the output. Called before a reply is
+/// written, so that messages published before it was (by this very command,
+/// too: a PUBLISH to a channel the client listens to) come first, as Redis
+/// writes them.
 pub fn drain(session: &mut Session, out: &mut BytesMut) {
     let Some(sub) = session.pubsub.as_mut() else {
         return;

@@ -337,7 +337,12 @@ pub fn dispatch(
     out: &mut bytes::BytesMut,
     resumed: Option<Instant>,
 ) -> Flow {
-    let (reply, flow) = match execute(server, session, args, resumed) {
+    let outcome = execute(server, session, args, resumed);
+    // A subscriber's messages that came in before this reply go out before it,
+    // those its own command published included (PUBLISH, or EXEC and EVAL
+    // publishing, in RESP3).
+    crate::pubsub::drain(session, out);
+    let (reply, flow) = match outcome {
         Outcome::Reply(reply) => (Some(reply), Flow::Continue),
         Outcome::Replies(replies) => {
             for reply in replies {

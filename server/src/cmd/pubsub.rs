@@ -157,14 +157,7 @@ fn punsubscribe(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 }
 
 fn publish(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    // A RESP3 client subscribed to what it publishes gets the message before the
-    // count, as from Redis. Inside EXEC or a script the reply is one element of
-    // a larger one, so the message is queued and follows it.
-    let me = (!ctx.in_exec()).then(|| ctx.session.id());
-    let (receivers, own) = pubsub::publish(ctx.server, &args[1], &args[2], me);
-    for msg in own {
-        ctx.reply_before(msg);
-    }
+    let receivers = pubsub::publish(ctx.server, &args[1], &args[2]);
     Ok(Frame::Integer(receivers as i64))
 }
 
