@@ -44,6 +44,9 @@ pub struct Footprint {
     /// Reply bytes waiting to be written, and the reply buffer's allocation.
     pub output_len: usize,
     pub output_alloc: usize,
+    /// Messages published to it and not yet moved into its reply buffer: output
+    /// it holds as surely as its replies (`crate::pubsub`).
+    pub pubsub: usize,
 }
 
 impl Footprint {
@@ -55,7 +58,8 @@ impl Footprint {
                 + self.argv
                 + self.scratch
                 + self.multi
-                + self.output_alloc) as u64
+                + self.output_alloc
+                + self.pubsub) as u64
     }
 }
 
@@ -68,6 +72,7 @@ pub struct ClientMem {
     pub multi: AtomicU64,
     pub output_len: AtomicU64,
     pub output_alloc: AtomicU64,
+    pub pubsub: AtomicU64,
     pub total: AtomicU64,
 }
 
@@ -80,6 +85,7 @@ impl Default for ClientMem {
             multi: AtomicU64::new(0),
             output_len: AtomicU64::new(0),
             output_alloc: AtomicU64::new(0),
+            pubsub: AtomicU64::new(0),
             total: AtomicU64::new(FIXED),
         }
     }
@@ -105,6 +111,7 @@ pub fn publish(server: &Server, info: &ClientInfo, last: &mut Footprint, now: Fo
     m.multi.store(now.multi as u64, Relaxed);
     m.output_len.store(now.output_len as u64, Relaxed);
     m.output_alloc.store(now.output_alloc as u64, Relaxed);
+    m.pubsub.store(now.pubsub as u64, Relaxed);
     let (before, after) = (last.total(), now.total());
     m.total.store(after, Relaxed);
     server.clients.add_memory(after as i64 - before as i64);
@@ -167,9 +174,10 @@ mod tests {
             multi: 300,
             output_len: 5,
             output_alloc: 8,
+            pubsub: 7,
         };
         // Pending output lives inside its allocation: counted once.
-        assert_eq!(f.total(), FIXED + 10 + 90 + 1000 + 64 + 300 + 8);
+        assert_eq!(f.total(), FIXED + 10 + 90 + 1000 + 64 + 300 + 8 + 7);
         assert_eq!(Footprint::default().total(), FIXED);
     }
 }

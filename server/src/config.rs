@@ -169,6 +169,11 @@ pub struct Config {
     output_hard: AtomicU64,
     output_soft: AtomicU64,
     output_soft_seconds: AtomicU64,
+    /// The `pubsub` class: subscribed clients, whose output is messages other
+    /// clients publish, and which therefore can grow without the client asking.
+    pubsub_hard: AtomicU64,
+    pubsub_soft: AtomicU64,
+    pubsub_soft_seconds: AtomicU64,
     pub hz: AtomicU64,
     pub loglevel: RwLock<LogLevel>,
     /// How the process applies a new `loglevel` (installed by the binary, which owns
@@ -237,6 +242,10 @@ impl Default for Config {
             output_hard: AtomicU64::new(0),
             output_soft: AtomicU64::new(64 * 1024 * 1024),
             output_soft_seconds: AtomicU64::new(60),
+            // Redis's default for the class: `pubsub 32mb 8mb 60`.
+            pubsub_hard: AtomicU64::new(32 * 1024 * 1024),
+            pubsub_soft: AtomicU64::new(8 * 1024 * 1024),
+            pubsub_soft_seconds: AtomicU64::new(60),
             hz: AtomicU64::new(10),
             loglevel: RwLock::new(LogLevel::Notice),
             log_hook: RwLock::new(None),
@@ -486,12 +495,12 @@ pub static PARAMS: &[Param] = &[
         name: "client-output-buffer-limit",
         mutable: true,
         protected: false,
-        help: "`normal <hard> <soft> <seconds>`: pending reply bytes before a client is closed",
+        help: "`<class> <hard> <soft> <seconds>` (normal, pubsub): pending reply bytes before a client is closed",
         get: |c| {
-            let l = c.output_limit();
+            let (l, p) = (c.output_limit(), c.pubsub_output_limit());
             format!(
-                "normal {} {} {} slave 268435456 67108864 60 pubsub 33554432 8388608 60",
-                l.hard, l.soft, l.soft_seconds
+                "normal {} {} {} slave 268435456 67108864 60 pubsub {} {} {}",
+                l.hard, l.soft, l.soft_seconds, p.hard, p.soft, p.soft_seconds
             )
         },
         set: |c, v| {
@@ -499,7 +508,7 @@ pub static PARAMS: &[Param] = &[
             if words.is_empty() || !words.len().is_multiple_of(4) {
                 return Err("Wrong number of arguments in buffer limit configuration.".into());
             }
-            let mut normal = None;
+            let (mut normal, mut pubsub) = (None, None);
             for w in words.chunks(4) {
                 let hard = parse_memory(w[1]);
                 let soft = parse_memory(w[2]);
@@ -507,16 +516,16 @@ pub static PARAMS: &[Param] = &[
                 let (Some(hard), Some(soft), Some(soft_seconds)) = (hard, soft, secs) else {
                     return Err("Error in hard, soft or soft_seconds setting in buffer limit configuration.".into());
                 };
+                let limit = OutputLimit {
+                    hard,
+                    soft,
+                    soft_seconds,
+                };
                 match w[0].to_ascii_lowercase().as_str() {
-                    "normal" => {
-                        normal = Some(OutputLimit {
-                            hard,
-                            soft,
-                            soft_seconds,
-                        })
-                    }
-                    // Accepted for compatibility; relcache has no replicas or pub/sub.
-                    "slave" | "replica" | "pubsub" => {}
+                    "normal" => normal = Some(limit),
+                    "pubsub" => pubsub = Some(limit),
+                    // Accepted for compatibility; relcache has no replicas.
+                    "slave" | "replica" => {}
                     _ => {
                         return Err(
                             "Invalid client class specified in buffer limit configuration.".into(),
@@ -528,6 +537,11 @@ pub static PARAMS: &[Param] = &[
                 c.output_hard.store(l.hard, Relaxed);
                 c.output_soft.store(l.soft, Relaxed);
                 c.output_soft_seconds.store(l.soft_seconds, Relaxed);
+            }
+            if let Some(l) = pubsub {
+                c.pubsub_hard.store(l.hard, Relaxed);
+                c.pubsub_soft.store(l.soft, Relaxed);
+                c.pubsub_soft_seconds.store(l.soft_seconds, Relaxed);
             }
             Ok(())
         },
@@ -920,6 +934,16 @@ impl Config {
         }
     }
 
+    /// The pubsub-class `client-output-buffer-limit`, which holds subscribed
+    /// clients (checked on every delivery, hence atomics).
+    pub fn pubsub_output_limit(&self) -> OutputLimit {
+        OutputLimit {
+            hard: self.pubsub_hard.load(Relaxed),
+            soft: self.pubsub_soft.load(Relaxed),
+            soft_seconds: self.pubsub_soft_seconds.load(Relaxed),
+        }
+    }
+
     /// The bound on client memory `maxmemory-clients` sets now, in bytes (`None`:
     /// no bound, which a percentage of an unlimited `maxmemory` also means).
     pub fn maxmemory_clients(&self) -> Option<u64> {
@@ -1042,6 +1066,15 @@ mod tests {
         c.set("client-output-buffer-limit", "normal 1mb 0 0", false)
             .unwrap();
         assert_eq!(c.output_limit().hard, 1 << 20);
+        c.set("client-output-buffer-limit", "pubsub 1mb 256kb 1", false)
+            .unwrap();
+        let p = c.pubsub_output_limit();
+        assert_eq!((p.hard, p.soft, p.soft_seconds), (1 << 20, 256 << 10, 1));
+        assert_eq!(c.output_limit().hard, 1 << 20, "the normal class kept");
+        assert!(c
+            .get("client-output-buffer-limit")
+            .unwrap()
+            .ends_with("pubsub 1048576 262144 1"));
     }
 
     #[test]

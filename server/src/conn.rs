@@ -32,8 +32,10 @@ use tokio::time::Instant;
 use crate::blocking::{self, Parked};
 use crate::client_memory::{self, Footprint};
 use crate::cmd::{self, Flow};
+use crate::config::OutputLimit;
 use crate::observe::monitor;
 use crate::offload::{offload, LARGE_REQUEST};
+use crate::pubsub;
 use crate::server::Server;
 use crate::session::{ClientInfo, Session};
 
@@ -69,6 +71,7 @@ pub async fn serve(server: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>
         Closed::Limit(why) => tracing::warn!(client = info.id, addr = %info.addr, "{why}"),
     }
     blocking::set_blocked(&server, &info, false);
+    pubsub::leave(&server, &mut session);
     if session.watched.is_empty() || !server.scripts.any_running() {
         cmd::discard_session_state(&server, &mut session);
     } else {
@@ -124,10 +127,9 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
             parked = blocking::rerun_ended(server, &info, args, wait);
         }
         decoder.set_limits(limits(server, session));
-        let soft_limit = config.output_limit().soft;
         let mut held = false;
         while !closing && parked.is_none() {
-            if held_back(soft_limit, &wbuf) {
+            if held_back(output_limit(server, session).soft, &wbuf) {
                 held = true;
                 break;
             }
@@ -172,7 +174,9 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                             Err(e) => return Closed::Io(e),
                         }
                     }
-                    if let Some(why) = output_over_limit(server, &wbuf, &mut over_soft_since) {
+                    if let Some(why) =
+                        output_over_limit(server, session, &wbuf, &mut over_soft_since)
+                    {
                         return Closed::Limit(why);
                     }
                 }
@@ -216,7 +220,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
         if closing && wbuf.is_empty() {
             return Closed::Normal;
         }
-        if let Some(why) = output_over_limit(server, &wbuf, &mut over_soft_since) {
+        if let Some(why) = output_over_limit(server, session, &wbuf, &mut over_soft_since) {
             return Closed::Limit(why);
         }
         let now = footprint(&rbuf, &wbuf, &args, 0, &decoder, session);
@@ -225,7 +229,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
         // here: once the write brought it under, run them rather than wait for input
         // that may never come (yielding first, so a fast reader cannot keep this
         // worker from its other connections).
-        if held && !held_back(soft_limit, &wbuf) {
+        if held && !held_back(output_limit(server, session).soft, &wbuf) {
             tokio::task::yield_now().await;
             continue;
         }
@@ -235,8 +239,8 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
         let timeout = config.timeout.load(Relaxed);
         let idle_deadline = (timeout > 0 && parked.is_none())
             .then(|| last_interaction + Duration::from_secs(timeout));
-        let soft_deadline =
-            over_soft_since.map(|t| t + Duration::from_secs(config.output_limit().soft_seconds));
+        let soft_seconds = output_limit(server, session).soft_seconds;
+        let soft_deadline = over_soft_since.map(|t| t + Duration::from_secs(soft_seconds));
         let recheck = parked.as_ref().map(|p| Instant::from_std(p.recheck_at()));
         let deadline = [idle_deadline, soft_deadline, recheck]
             .into_iter()
@@ -261,6 +265,9 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
             }
             line = monitor::next(&mut session.monitor) => {
                 monitor::deliver(line, &mut session.monitor, &mut wbuf);
+            }
+            msg = pubsub::next(&mut session.pubsub) => {
+                pubsub::deliver(msg, session, &mut wbuf);
             }
             r = stream.writable(), if want_write => {
                 if let Err(e) = r { return Closed::Io(e) }
@@ -359,6 +366,7 @@ fn footprint(
         multi: session.multi.as_ref().map_or(0, |m| m.bytes),
         output_len: wbuf.len(),
         output_alloc: wbuf.capacity(),
+        pubsub: pubsub::queued(session),
     }
 }
 
@@ -425,17 +433,29 @@ fn took_output(written: usize, over_soft_since: &mut Option<Instant>) {
     }
 }
 
-/// Checks the pending output against `client-output-buffer-limit`: past the hard
+/// The `client-output-buffer-limit` class this client is held to: `pubsub` while
+/// it is subscribed, as in Redis, else `normal`.
+fn output_limit(server: &Server, session: &Session) -> OutputLimit {
+    if pubsub::subscribed(session) {
+        server.config.pubsub_output_limit()
+    } else {
+        server.config.output_limit()
+    }
+}
+
+/// Checks the pending output (replies, and messages still queued for a
+/// subscriber) against its `client-output-buffer-limit` class: past the hard
 /// limit at once, as Redis; over the soft limit for `soft_seconds` *without
 /// reading any of it* (Redis counts the time even while the client reads, which
 /// cuts off a client reading one large reply).
 fn output_over_limit(
     server: &Server,
+    session: &Session,
     wbuf: &BytesMut,
     soft_since: &mut Option<Instant>,
 ) -> Option<&'static str> {
-    let limit = server.config.output_limit();
-    let pending = wbuf.len() as u64;
+    let limit = output_limit(server, session);
+    let pending = (wbuf.len() + pubsub::queued(session)) as u64;
     let hard = limit.hard > 0 && pending > limit.hard;
     let soft = if limit.soft > 0 && pending > limit.soft {
         let since = *soft_since.get_or_insert_with(Instant::now);

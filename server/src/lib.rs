@@ -25,6 +25,7 @@ mod longdouble;
 mod observe;
 mod offload;
 mod persist;
+mod pubsub;
 mod script;
 mod server;
 mod session;

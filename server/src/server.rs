@@ -29,6 +29,8 @@ pub struct Server {
     /// Per command and subcommand, indexed like `cmd::registry().all`.
     pub cmdstats: Vec<CommandStats>,
     pub clients: Clients,
+    /// Channels and patterns, and their subscribers.
+    pub pubsub: crate::pubsub::PubSub,
     /// The Lua script cache and the scripts running now.
     pub scripts: crate::script::Scripts,
     pub evictor: Evictor,
@@ -64,6 +66,7 @@ impl Server {
                 .map(|_| CommandStats::default())
                 .collect(),
             clients: Clients::default(),
+            pubsub: crate::pubsub::PubSub::default(),
             scripts: crate::script::Scripts::default(),
             evictor: Evictor::default(),
             shutdown,

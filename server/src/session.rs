@@ -50,6 +50,10 @@ pub struct ClientInfo {
     pub(crate) unblock: AtomicU64,
     /// Wakes the connection to act on `unblock`.
     pub(crate) unblock_signal: tokio::sync::Notify,
+    /// Channels and patterns it is subscribed to (`sub=`, `psub=`), kept by
+    /// [`crate::pubsub`].
+    pub sub: AtomicU64,
+    pub psub: AtomicU64,
     /// Cancelled by CLIENT KILL (and by shutdown, as a child of the server token).
     pub kill: CancellationToken,
 }
@@ -85,6 +89,10 @@ impl ClientInfo {
         if self.blocked.load(Relaxed) {
             flags.push('b');
         }
+        let (sub, psub) = (self.sub.load(Relaxed), self.psub.load(Relaxed));
+        if sub + psub > 0 {
+            flags.push('P');
+        }
         if self.no_evict.load(Relaxed) {
             flags.push('e');
         }
@@ -100,10 +108,14 @@ impl ClientInfo {
             }
             None => (published_argv, m.total()),
         };
-        let (rbs, pending) = (m.output_alloc.load(Relaxed), m.output_len.load(Relaxed));
+        // Messages still queued for a subscriber are output it has not taken.
+        let (rbs, pending) = (
+            m.output_alloc.load(Relaxed),
+            m.output_len.load(Relaxed) + m.pubsub.load(Relaxed),
+        );
         let multi_mem = m.multi.load(Relaxed);
         format!(
-            "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={flags} db=0 sub=0 psub=0 ssub=0 multi={multi} qbuf={} qbuf-free={} argv-mem={argv} multi-mem={multi_mem} rbs={rbs} rbp={rbs} obl={pending} oll=0 omem={pending} tot-mem={total} events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={flags} db=0 sub={sub} psub={psub} ssub=0 multi={multi} qbuf={} qbuf-free={} argv-mem={argv} multi-mem={multi_mem} rbs={rbs} rbp={rbs} obl={pending} oll=0 omem={pending} tot-mem={total} events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -168,6 +180,8 @@ impl Clients {
             parks: AtomicU64::new(0),
             unblock: AtomicU64::new(0),
             unblock_signal: tokio::sync::Notify::new(),
+            sub: AtomicU64::new(0),
+            psub: AtomicU64::new(0),
             kill: parent.child_token(),
         });
         map.insert(id, info.clone());
@@ -244,6 +258,16 @@ pub struct Session {
     pub watched: Vec<(Bytes, Option<u64>)>,
     /// Set while this connection is a MONITOR: the lines it is sent.
     pub monitor: Option<crate::observe::monitor::Feed>,
+    /// Set once this connection first subscribes: what it listens to and the
+    /// messages on their way to it.
+    pub pubsub: Option<Box<crate::pubsub::Subscription>>,
+}
+
+impl ClientInfo {
+    /// Subscribed to a channel or pattern: Redis's `pubsub` client class.
+    pub fn is_pubsub(&self) -> bool {
+        self.sub.load(Relaxed) + self.psub.load(Relaxed) > 0
+    }
 }
 
 impl Session {
@@ -256,6 +280,7 @@ impl Session {
             watch_flag: WatchFlag::default(),
             watched: Vec::new(),
             monitor: None,
+            pubsub: None,
         }
     }
 

@@ -5,6 +5,7 @@ exits 0 only when every check passed, under RESP2 and RESP3 alike.
 """
 
 import sys
+import time
 
 import redis
 
@@ -87,11 +88,39 @@ def locks(port: int, protocol: int) -> None:
     assert r.exists("redlock") == 0
 
 
+def pubsub(port: int, protocol: int) -> None:
+    """redis-py's PubSub: confirmations, message and pmessage, PUBSUB NUMSUB, and
+    nothing left behind once it closes."""
+    r = redis.Redis(port=port, decode_responses=True, protocol=protocol)
+    p = r.pubsub()
+    p.subscribe("news")
+    p.psubscribe("n*")
+    confirmations = [p.get_message(timeout=5) for _ in range(2)]
+    assert [(c["type"], c["channel"], c["data"]) for c in confirmations] == [
+        ("subscribe", "news", 1),
+        ("psubscribe", "n*", 2),
+    ], confirmations
+    assert r.publish("news", "hi") == 2
+    got = [p.get_message(timeout=5) for _ in range(2)]
+    assert {(m["type"], m["channel"], m["pattern"], m["data"]) for m in got} == {
+        ("message", "news", None, "hi"),
+        ("pmessage", "news", "n*", "hi"),
+    }, got
+    assert r.pubsub_numsub("news") == [("news", 1)]
+    p.close()
+    for _ in range(100):
+        if r.pubsub_numsub("news") == [("news", 0)]:
+            break
+        time.sleep(0.05)
+    assert r.publish("news", "gone") == 0
+
+
 def main() -> None:
     port = int(sys.argv[1])
     for protocol in (2, 3):
         check(port, protocol)
         locks(port, protocol)
+        pubsub(port, protocol)
     large_replies(port)
     print("ok")
 

@@ -275,7 +275,19 @@ fn set_name(session: &Session, name: &[u8]) {
     *session.info.name.lock() = (!name.is_empty()).then(|| Bytes::copy_from_slice(name));
 }
 
-fn ping(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn ping(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    if args.len() <= 2
+        && ctx.session.proto == Protocol::Resp2
+        && crate::pubsub::subscribed(ctx.session)
+    {
+        // A subscribed RESP2 client reads every reply as a message: Redis answers
+        // in that shape, with an empty payload when PING has none.
+        let payload = args.get(1).cloned().unwrap_or_default();
+        return Ok(Frame::Array(vec![
+            Frame::Bulk(Bytes::from_static(b"pong")),
+            Frame::Bulk(payload),
+        ]));
+    }
     match args.len() {
         1 => Ok(Frame::Simple(Bytes::from_static(b"PONG"))),
         2 => Ok(Frame::Bulk(args[1].clone())),
@@ -395,6 +407,7 @@ fn reset(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     ctx.session.info.multi.store(u64::MAX, Relaxed);
     transactions::unwatch_all(ctx.server, ctx.session);
     crate::observe::monitor::stop(ctx.server, ctx.session);
+    crate::pubsub::leave(ctx.server, ctx.session);
     ctx.session.set_proto(Protocol::Resp2);
     ctx.session.authenticated = password(ctx).is_none();
     // lib-name and lib-ver stay: they still describe the library on this socket.
@@ -441,16 +454,36 @@ fn client_setinfo(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::ok())
 }
 
-/// Whether `name` is a Redis client type, and whether it is the `normal` one
-/// (the only kind relcache has: no replicas, masters or pub/sub clients).
-fn client_type_is_normal(name: &[u8]) -> Result<bool, CmdError> {
+/// The kinds of client CLIENT LIST and CLIENT KILL select by `TYPE`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ClientType {
+    Normal,
+    /// Subscribed to a channel or pattern.
+    Pubsub,
+    /// Replicas and masters, which relcache never has.
+    Replication,
+}
+
+impl ClientType {
+    fn matches(self, c: &ClientInfo) -> bool {
+        match self {
+            ClientType::Normal => !c.is_pubsub(),
+            ClientType::Pubsub => c.is_pubsub(),
+            ClientType::Replication => false,
+        }
+    }
+}
+
+fn client_type(name: &[u8]) -> Result<ClientType, CmdError> {
     if eq_ic(name, "normal") {
-        Ok(true)
-    } else if ["slave", "replica", "master", "pubsub"]
+        Ok(ClientType::Normal)
+    } else if eq_ic(name, "pubsub") {
+        Ok(ClientType::Pubsub)
+    } else if ["slave", "replica", "master"]
         .iter()
         .any(|t| eq_ic(name, t))
     {
-        Ok(false)
+        Ok(ClientType::Replication)
     } else {
         Err(CmdError::err(format!(
             "Unknown client type '{}'",
@@ -478,9 +511,10 @@ fn client_list(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let me = ctx.session.id();
     let mut out = String::new();
     if args.len() == 4 && eq_ic(&args[2], "TYPE") {
-        if client_type_is_normal(&args[3])? {
-            all.iter().for_each(|c| push_line(&mut out, c, me, args));
-        }
+        let kind = client_type(&args[3])?;
+        all.iter()
+            .filter(|c| kind.matches(c))
+            .for_each(|c| push_line(&mut out, c, me, args));
     } else if args.len() > 3 && eq_ic(&args[2], "ID") {
         let ids = args[3..]
             .iter()
@@ -510,15 +544,14 @@ fn client_info(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 #[derive(Default)]
 struct KillFilter {
     id: Option<u64>,
-    /// `TYPE` named a kind of client relcache never has.
-    other_type: bool,
+    kind: Option<ClientType>,
     addr: Option<Bytes>,
     laddr: Option<Bytes>,
 }
 
 impl KillFilter {
     fn matches(&self, c: &ClientInfo) -> bool {
-        !self.other_type
+        self.kind.is_none_or(|k| k.matches(c))
             && self.id.is_none_or(|id| c.id == id)
             && self
                 .addr
@@ -551,7 +584,7 @@ fn client_kill(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
                     .ok_or_else(|| CmdError::err("client-id should be greater than 0"))?;
                 filter.id = Some(id as u64);
             } else if eq_ic(opt, "TYPE") {
-                filter.other_type = !client_type_is_normal(value)?;
+                filter.kind = Some(client_type(value)?);
             } else if eq_ic(opt, "ADDR") {
                 filter.addr = Some(value.clone());
             } else if eq_ic(opt, "LADDR") {

@@ -103,6 +103,16 @@ const SYNTAX: &[(&str, &str)] = &[
     ("slowlog|help", ""),
     ("slowlog|len", ""),
     ("slowlog|reset", ""),
+    // Pub/sub.
+    ("psubscribe", "(pattern: pattern<pattern>)..."),
+    ("publish", "channel message"),
+    ("pubsub|channels", "[pattern<pattern>]"),
+    ("pubsub|help", ""),
+    ("pubsub|numpat", ""),
+    ("pubsub|numsub", "[channel...]"),
+    ("punsubscribe", "[pattern<pattern>...]"),
+    ("subscribe", "channel..."),
+    ("unsubscribe", "[channel...]"),
     // Transactions.
     ("discard", ""),
     ("exec", ""),

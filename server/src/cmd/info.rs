@@ -260,7 +260,7 @@ fn info_clients(server: &Server, out: &mut String) {
     field(out, "client_recent_max_output_buffer", 0);
     field(out, "blocked_clients", server.stats.blocked_clients.get());
     field(out, "tracking_clients", 0);
-    field(out, "pubsub_clients", 0);
+    field(out, "pubsub_clients", server.pubsub.clients());
     field(out, "watching_clients", 0);
     field(out, "clients_in_timeout_table", 0);
     field(out, "total_watched_keys", 0);
@@ -480,8 +480,9 @@ fn info_stats(server: &Server, out: &mut String) {
     field(out, "current_eviction_exceeded_time", 0);
     field(out, "keyspace_hits", s.keyspace_hits.get());
     field(out, "keyspace_misses", s.keyspace_misses.get());
-    field(out, "pubsub_channels", 0);
-    field(out, "pubsub_patterns", 0);
+    let (channels, patterns) = server.pubsub.counts();
+    field(out, "pubsub_channels", channels);
+    field(out, "pubsub_patterns", patterns);
     field(out, "pubsubshard_channels", 0);
     field(out, "latest_fork_usec", 0);
     field(out, "total_forks", 0);

@@ -26,6 +26,7 @@ mod lease;
 mod memory;
 mod monitor;
 mod persistence;
+mod pubsub;
 mod scripting;
 mod server;
 mod setcore;
@@ -42,7 +43,7 @@ use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use relcache_protocol::resp::Frame;
+use relcache_protocol::resp::{Frame, Protocol};
 
 use crate::blocking::Wait;
 use crate::db::{LockMode, View};
@@ -52,7 +53,7 @@ use crate::session::Session;
 pub use spec::{CommandSpec, Keys};
 
 /// Every top-level command family's table.
-fn families() -> [&'static [CommandSpec]; 18] {
+fn families() -> [&'static [CommandSpec]; 19] {
     [
         config::COMMANDS,
         connection::COMMANDS,
@@ -66,6 +67,7 @@ fn families() -> [&'static [CommandSpec]; 18] {
         memory::COMMANDS,
         monitor::COMMANDS,
         persistence::COMMANDS,
+        pubsub::COMMANDS,
         scripting::COMMANDS,
         server::COMMANDS,
         sets::COMMANDS,
@@ -163,6 +165,9 @@ pub struct Ctx<'a, 'v> {
     /// The deadline of a parked command that runs again.
     resumed: Option<Instant>,
     then: Then,
+    /// Replies that go out before the handler's own (one per channel a
+    /// SUBSCRIBE names).
+    earlier: Vec<Frame>,
 }
 
 impl<'a, 'v> Ctx<'a, 'v> {
@@ -275,6 +280,12 @@ impl<'a, 'v> Ctx<'a, 'v> {
         self.then = Then::Park(wait);
     }
 
+    /// Sends `frame` as a reply of its own, before the one the handler returns:
+    /// for commands that answer once per argument (SUBSCRIBE).
+    pub fn reply_before(&mut self, frame: Frame) {
+        self.earlier.push(frame);
+    }
+
     /// Asks to close the connection once this reply is written (QUIT).
     pub fn close_after_reply(&mut self) {
         self.then = Then::Close { reply: true };
@@ -302,6 +313,8 @@ pub enum Flow {
 /// One command's result: its reply, and what the connection does next.
 pub(crate) enum Outcome {
     Reply(Frame),
+    /// More than one reply, in order (SUBSCRIBE a b).
+    Replies(Vec<Frame>),
     /// This reply, if any, then close the connection.
     Close(Option<Frame>),
     /// No reply yet.
@@ -324,8 +337,20 @@ pub fn dispatch(
     out: &mut bytes::BytesMut,
     resumed: Option<Instant>,
 ) -> Flow {
-    let (reply, flow) = match execute(server, session, args, resumed) {
+    let outcome = execute(server, session, args, resumed);
+    // A subscriber's messages that came in before this reply go out before it,
+    // those its own command published included (PUBLISH, or EXEC and EVAL
+    // publishing, in RESP3).
+    crate::pubsub::drain(session, out);
+    let (reply, flow) = match outcome {
         Outcome::Reply(reply) => (Some(reply), Flow::Continue),
+        Outcome::Replies(replies) => {
+            for reply in replies {
+                crate::observe::error_reply(server, &reply);
+                reply.encode(session.proto, out);
+            }
+            return Flow::Continue;
+        }
         Outcome::Close(reply) => (reply, Flow::Close),
         Outcome::Park(wait) => (None, Flow::Park(wait)),
     };
@@ -362,6 +387,19 @@ fn execute(
             m.failed = true;
         }
         return Outcome::Reply(CmdError::NoAuth.to_frame());
+    }
+    if session.proto == Protocol::Resp2
+        && crate::pubsub::subscribed(session)
+        && !allowed_subscribed(spec)
+    {
+        server.cmdstats[id].rejected_calls.incr();
+        if let Some(m) = &mut session.multi {
+            m.failed = true;
+        }
+        return Outcome::Reply(CmdError::err(format!(
+            "Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+            spec.name
+        )).to_frame());
     }
     if server.persist.loading() && !spec.has(spec::LOADING) {
         if let Some(m) = &mut session.multi {
@@ -411,6 +449,15 @@ fn execute(
         return Outcome::Reply(e.to_frame());
     }
     run(server, session, id, spec, args, None, resumed)
+}
+
+/// What a RESP2 connection may still send once subscribed: its replies would
+/// otherwise be mistaken for messages.
+fn allowed_subscribed(spec: &CommandSpec) -> bool {
+    matches!(
+        spec.name,
+        "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "ping" | "quit" | "reset"
+    )
 }
 
 /// What a command does about other clients' scripts (see `scripting`).
@@ -602,6 +649,7 @@ pub(crate) fn run<'a, 'v>(
         keeps_leases: false,
         resumed,
         then: Then::Reply,
+        earlier: Vec::new(),
     };
     let result = (spec.handler)(&mut ctx, args);
     // Dropping the context releases this command's locks before any stats work.
@@ -623,6 +671,11 @@ pub(crate) fn run<'a, 'v>(
         stats.failed_calls.incr();
         e.to_frame()
     });
+    if matches!(then, Then::Reply) && !ctx.earlier.is_empty() {
+        let mut replies = ctx.earlier;
+        replies.push(reply);
+        return Outcome::Replies(replies);
+    }
     match then {
         Then::Reply => Outcome::Reply(reply),
         Then::Close { reply: true } => Outcome::Close(Some(reply)),

@@ -356,6 +356,8 @@ fn call<'a>(
     session.proto = proto;
     match outcome {
         Outcome::Reply(frame) => frame,
+        // Only SUBSCRIBE and its kin answer more than once, and they are noscript.
+        Outcome::Replies(mut frames) => frames.pop().unwrap_or(Frame::Null),
         // QUIT and SHUTDOWN are refused above (noscript); a CLIENT KILL of this
         // very client answers, and the script goes on as Redis's does.
         Outcome::Close(frame) => frame.unwrap_or(Frame::Null),

@@ -29,6 +29,7 @@ pub const MOVABLE_KEYS: u32 = 1 << 12;
 pub const BLOCKING: u32 = 1 << 13;
 pub const SKIP_MONITOR: u32 = 1 << 14;
 pub const NO_MANDATORY_KEYS: u32 = 1 << 15;
+pub const PUBSUB: u32 = 1 << 16;
 /// Internal, not reported: lock the key's shards exclusively although the command
 /// does not write data (WATCH registers itself in the shard).
 pub const LOCK_WRITE: u32 = 1 << 31;
@@ -44,6 +45,7 @@ const FLAG_NAMES: &[(u32, &str)] = &[
     (READONLY, "readonly"),
     (DENYOOM, "denyoom"),
     (ADMIN, "admin"),
+    (PUBSUB, "pubsub"),
     (NOSCRIPT, "noscript"),
     (LOADING, "loading"),
     (STALE, "stale"),
@@ -107,6 +109,7 @@ pub enum Group {
     Server,
     Transactions,
     Scripting,
+    Pubsub,
     /// relcache's own IDSET.* family.
     Idset,
 }
@@ -121,6 +124,7 @@ impl Group {
             Group::Server => "server",
             Group::Transactions => "transactions",
             Group::Scripting => "scripting",
+            Group::Pubsub => "pubsub",
             Group::Idset => "module",
         }
     }
@@ -134,6 +138,7 @@ impl Group {
             Group::Server => "@admin",
             Group::Transactions => "@transaction",
             Group::Scripting => "@scripting",
+            Group::Pubsub => "@pubsub",
         }
     }
 }
@@ -210,7 +215,10 @@ impl CommandSpec {
         if self.has(ADMIN) {
             v.extend(["@admin", "@dangerous"]);
         }
-        v.push(self.group.acl());
+        // Redis puts PUBSUB HELP (and the bare container) in @slow alone.
+        if self.group != Group::Pubsub || self.has(PUBSUB) {
+            v.push(self.group.acl());
+        }
         v.push(if self.has(FAST) { "@fast" } else { "@slow" });
         v.dedup();
         v

@@ -237,6 +237,15 @@ fn exec(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     for ((id, spec), args) in resolved.into_iter().zip(&multi.queued) {
         let reply = match run(server, session, id, spec, args, Some(&mut view), None) {
             Outcome::Reply(reply) => reply,
+            // SUBSCRIBE a b: each confirmation is an element, as Redis writes them.
+            Outcome::Replies(mut more) => {
+                let last = more.pop().unwrap_or(Frame::Null);
+                for reply in more {
+                    crate::observe::error_reply(server, &reply);
+                    replies.push(reply);
+                }
+                last
+            }
             // A queued CLIENT KILL of this very client: answered, then closed.
             Outcome::Close(reply) => {
                 close = true;

@@ -1,0 +1,503 @@
+//! Pub/sub: who listens to which channel and pattern, and delivery to them.
+//!
+//! The registry maps each channel, and each pattern, to its subscribers. PUBLISH
+//! encodes a message once per protocol and hands the bytes to every receiver's
+//! queue; the receiver's connection loop moves them into its output like any reply
+//! ([`next`], [`deliver`]). Publishing never waits on a subscriber, so a subscriber
+//! that stops reading could make the server hold an unbounded backlog: every send
+//! is therefore checked against the `pubsub` class of `client-output-buffer-limit`
+//! (what is queued plus what waits in the connection's output), and a subscriber
+//! past it is killed instead of being sent more, as Redis closes it.
+//!
+//! Channels and patterns are kept apart from the per-connection [`Subscription`],
+//! which lists what one connection listens to, so that RESET and a closing
+//! connection can leave everything without scanning the registry.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::RwLock;
+use relcache_protocol::resp::{Frame, Protocol};
+use tokio::sync::mpsc;
+
+use crate::config::OutputLimit;
+use crate::server::Server;
+use crate::session::{ClientInfo, Session};
+
+type Map<K, V> = HashMap<K, V, ahash::RandomState>;
+/// In subscription order, so UNSUBSCRIBE with no arguments answers in the order
+/// the client subscribed.
+type Set<K> = indexmap::IndexSet<K, ahash::RandomState>;
+
+/// A channel name, or a glob pattern over channel names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Channel,
+    Pattern,
+}
+
+impl Kind {
+    fn subscribe_word(self) -> &'static [u8] {
+        match self {
+            Kind::Channel => b"subscribe",
+            Kind::Pattern => b"psubscribe",
+        }
+    }
+
+    fn unsubscribe_word(self) -> &'static [u8] {
+        match self {
+            Kind::Channel => b"unsubscribe",
+            Kind::Pattern => b"punsubscribe",
+        }
+    }
+}
+
+/// One subscribed connection, as publishers see it.
+pub struct Subscriber {
+    info: Arc<ClientInfo>,
+    tx: mpsc::UnboundedSender<Bytes>,
+    /// Bytes sent and not yet moved into the connection's output.
+    queued: AtomicUsize,
+    /// When its pending output went over the soft limit, in milliseconds since the
+    /// client connected, plus one (0: not over).
+    over_soft_since: AtomicU64,
+}
+
+impl Subscriber {
+    /// Queues one encoded message, unless that takes the client past its limit,
+    /// in which case the client is closed instead.
+    fn send(&self, server: &Server, limit: OutputLimit, msg: Bytes) {
+        if self.info.kill.is_cancelled() {
+            return;
+        }
+        let pending =
+            (self.queued.load(Relaxed) + msg.len()) as u64 + self.info.mem.output_len.load(Relaxed);
+        if over_limit(limit, pending, &self.info, &self.over_soft_since) {
+            tracing::warn!(
+                client = self.info.id,
+                addr = %self.info.addr,
+                "client scheduled to be closed ASAP for overcoming of output buffer limits"
+            );
+            server
+                .stats
+                .client_output_buffer_limit_disconnections
+                .incr();
+            self.info.kill.cancel();
+            return;
+        }
+        self.queued.fetch_add(msg.len(), Relaxed);
+        if self.tx.send(msg).is_err() {
+            // The connection is gone and is leaving the registry.
+            self.queued.store(0, Relaxed);
+        }
+    }
+}
+
+/// Whether `pending` bytes break `limit`: past the hard limit at once, over the
+/// soft one for `soft_seconds` in a row.
+fn over_limit(limit: OutputLimit, pending: u64, info: &ClientInfo, since: &AtomicU64) -> bool {
+    if limit.hard > 0 && pending > limit.hard {
+        return true;
+    }
+    if limit.soft == 0 || pending <= limit.soft {
+        since.store(0, Relaxed);
+        return false;
+    }
+    let now = info.created.elapsed().as_millis() as u64 + 1;
+    let start = match since.compare_exchange(0, now, Relaxed, Relaxed) {
+        Ok(_) => now,
+        Err(start) => start,
+    };
+    now - start >= limit.soft_seconds * 1000
+}
+
+/// What one connection listens to, and the queue its messages arrive on.
+pub struct Subscription {
+    me: Arc<Subscriber>,
+    rx: mpsc::UnboundedReceiver<Bytes>,
+    channels: Set<Bytes>,
+    patterns: Set<Bytes>,
+}
+
+impl Subscription {
+    fn count(&self) -> usize {
+        self.channels.len() + self.patterns.len()
+    }
+
+    fn names(&mut self, kind: Kind) -> &mut Set<Bytes> {
+        match kind {
+            Kind::Channel => &mut self.channels,
+            Kind::Pattern => &mut self.patterns,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    channels: Map<Bytes, Map<u64, Arc<Subscriber>>>,
+    patterns: Map<Bytes, Map<u64, Arc<Subscriber>>>,
+}
+
+impl Inner {
+    fn names(&mut self, kind: Kind) -> &mut Map<Bytes, Map<u64, Arc<Subscriber>>> {
+        match kind {
+            Kind::Channel => &mut self.channels,
+            Kind::Pattern => &mut self.patterns,
+        }
+    }
+}
+
+/// The server's channels and patterns.
+#[derive(Default)]
+pub struct PubSub {
+    inner: RwLock<Inner>,
+    /// Connections with at least one subscription (INFO `pubsub_clients`).
+    clients: AtomicUsize,
+}
+
+impl PubSub {
+    /// Channels with at least one subscriber, and distinct patterns (INFO).
+    pub fn counts(&self) -> (usize, usize) {
+        let inner = self.inner.read();
+        (inner.channels.len(), inner.patterns.len())
+    }
+
+    pub fn clients(&self) -> usize {
+        self.clients.load(Relaxed)
+    }
+
+    /// PUBSUB CHANNELS: the active channels matching `pattern` (all without one).
+    pub fn channels(&self, pattern: Option<&[u8]>) -> Vec<Bytes> {
+        let inner = self.inner.read();
+        inner
+            .channels
+            .keys()
+            .filter(|c| pattern.is_none_or(|p| crate::glob::matches(p, c, false)))
+            .cloned()
+            .collect()
+    }
+
+    /// PUBSUB NUMSUB: subscribers of one channel, patterns not counted.
+    pub fn numsub(&self, channel: &[u8]) -> usize {
+        self.inner
+            .read()
+            .channels
+            .get(channel)
+            .map_or(0, |s| s.len())
+    }
+}
+
+/// Whether this connection is subscribed to anything (Redis's pubsub client
+/// class, and RESP2's subscribed mode).
+pub fn subscribed(session: &Session) -> bool {
+    session.pubsub.as_ref().is_some_and(|s| s.count() > 0)
+}
+
+/// Bytes published to this connection and not yet in its output.
+pub fn queued(session: &Session) -> usize {
+    session
+        .pubsub
+        .as_ref()
+        .map_or(0, |s| s.me.queued.load(Relaxed))
+}
+
+/// SUBSCRIBE / PSUBSCRIBE: one confirmation per name, each with the count of
+/// subscriptions after it.
+pub fn subscribe(
+    server: &Server,
+    session: &mut Session,
+    kind: Kind,
+    names: &[Bytes],
+) -> Vec<Frame> {
+    let info = session.info.clone();
+    let sub = session.pubsub.get_or_insert_with(|| {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Box::new(Subscription {
+            me: Arc::new(Subscriber {
+                info,
+                tx,
+                queued: AtomicUsize::new(0),
+                over_soft_since: AtomicU64::new(0),
+            }),
+            rx,
+            channels: Set::default(),
+            patterns: Set::default(),
+        })
+    });
+    let before = sub.count();
+    let mut replies = Vec::with_capacity(names.len());
+    let registry = &server.pubsub;
+    for name in names {
+        if sub.names(kind).insert(name.clone()) {
+            let mut inner = registry.inner.write();
+            let me = sub.me.clone();
+            inner
+                .names(kind)
+                .entry(name.clone())
+                .or_default()
+                .insert(me.info.id, me);
+        }
+        replies.push(confirmation(
+            kind.subscribe_word(),
+            Frame::Bulk(name.clone()),
+            sub.count(),
+        ));
+    }
+    if before == 0 && sub.count() > 0 {
+        registry.clients.fetch_add(1, Relaxed);
+    }
+    publish_counts(session);
+    replies
+}
+
+/// UNSUBSCRIBE / PUNSUBSCRIBE: the names given, or every one of `kind` when none
+/// is; one confirmation each, or a single one with a nil name when there was
+/// nothing to leave.
+pub fn unsubscribe(
+    server: &Server,
+    session: &mut Session,
+    kind: Kind,
+    names: &[Bytes],
+) -> Vec<Frame> {
+    let word = kind.unsubscribe_word();
+    let Some(sub) = session.pubsub.as_mut() else {
+        return match names.is_empty() {
+            true => vec![confirmation(word, Frame::Null, 0)],
+            false => names
+                .iter()
+                .map(|n| confirmation(word, Frame::Bulk(n.clone()), 0))
+                .collect(),
+        };
+    };
+    let before = sub.count();
+    let names: Vec<Bytes> = if names.is_empty() {
+        sub.names(kind).iter().cloned().collect()
+    } else {
+        names.to_vec()
+    };
+    if names.is_empty() {
+        return vec![confirmation(word, Frame::Null, before)];
+    }
+    let mut replies = Vec::with_capacity(names.len());
+    for name in names {
+        if sub.names(kind).shift_remove(&name) {
+            leave_one(server, kind, &name, sub.me.info.id);
+        }
+        replies.push(confirmation(word, Frame::Bulk(name), sub.count()));
+    }
+    if before > 0 && sub.count() == 0 {
+        server.pubsub.clients.fetch_sub(1, Relaxed);
+    }
+    publish_counts(session);
+    replies
+}
+
+/// Leaves every channel and pattern and drops the queue (RESET, disconnect).
+pub fn leave(server: &Server, session: &mut Session) {
+    let Some(sub) = session.pubsub.take() else {
+        return;
+    };
+    if sub.count() > 0 {
+        server.pubsub.clients.fetch_sub(1, Relaxed);
+    }
+    for name in &sub.channels {
+        leave_one(server, Kind::Channel, name, sub.me.info.id);
+    }
+    for name in &sub.patterns {
+        leave_one(server, Kind::Pattern, name, sub.me.info.id);
+    }
+    publish_counts(session);
+}
+
+fn leave_one(server: &Server, kind: Kind, name: &[u8], id: u64) {
+    let mut inner = server.pubsub.inner.write();
+    let map = inner.names(kind);
+    if let Some(subs) = map.get_mut(name) {
+        subs.remove(&id);
+        if subs.is_empty() {
+            map.remove(name);
+        }
+    }
+}
+
+/// CLIENT LIST's `sub=` / `psub=` and the `P` flag.
+fn publish_counts(session: &Session) {
+    let (c, p) = session
+        .pubsub
+        .as_ref()
+        .map_or((0, 0), |s| (s.channels.len(), s.patterns.len()));
+    session.info.sub.store(c as u64, Relaxed);
+    session.info.psub.store(p as u64, Relaxed);
+}
+
+/// `[subscribe, name, count]`: a push in RESP3, an array in RESP2.
+fn confirmation(word: &'static [u8], name: Frame, count: usize) -> Frame {
+    Frame::Push(vec![
+        Frame::Bulk(Bytes::from_static(word)),
+        name,
+        Frame::Integer(count as i64),
+    ])
+}
+
+/// A message encoded for each protocol, each at most once.
+struct Encoded {
+    frame: Frame,
+    resp2: Option<Bytes>,
+    resp3: Option<Bytes>,
+}
+
+impl Encoded {
+    fn new(frame: Frame) -> Encoded {
+        Encoded {
+            frame,
+            resp2: None,
+            resp3: None,
+        }
+    }
+
+    fn for_client(&mut self, info: &ClientInfo) -> Bytes {
+        let (slot, proto) = if info.proto.load(Relaxed) >= 3 {
+            (&mut self.resp3, Protocol::Resp3)
+        } else {
+            (&mut self.resp2, Protocol::Resp2)
+        };
+        slot.get_or_insert_with(|| {
+            let mut out = BytesMut::new();
+            self.frame.encode(proto, &mut out);
+            out.freeze()
+        })
+        .clone()
+    }
+}
+
+/// PUBLISH: sends `message` to the channel's subscribers and to every pattern
+/// subscription matching it; returns how many that was.
+pub fn publish(server: &Server, channel: &Bytes, message: &Bytes) -> usize {
+    let limit = server.config.pubsub_output_limit();
+    let inner = server.pubsub.inner.read();
+    let mut receivers = 0;
+    let send = |s: &Subscriber, msg: &mut Encoded| s.send(server, limit, msg.for_client(&s.info));
+    if let Some(subs) = inner.channels.get(channel) {
+        let mut msg = Encoded::new(Frame::Push(vec![
+            Frame::Bulk(Bytes::from_static(b"message")),
+            Frame::Bulk(channel.clone()),
+            Frame::Bulk(message.clone()),
+        ]));
+        for s in subs.values() {
+            send(s, &mut msg);
+        }
+        receivers += subs.len();
+    }
+    for (pattern, subs) in &inner.patterns {
+        if !crate::glob::matches(pattern, channel, false) {
+            continue;
+        }
+        let mut msg = Encoded::new(Frame::Push(vec![
+            Frame::Bulk(Bytes::from_static(b"pmessage")),
+            Frame::Bulk(pattern.clone()),
+            Frame::Bulk(channel.clone()),
+            Frame::Bulk(message.clone()),
+        ]));
+        for s in subs.values() {
+            send(s, &mut msg);
+        }
+        receivers += subs.len();
+    }
+    receivers
+}
+
+/// Waits for the next message for this connection; never resolves without a
+/// subscription.
+pub async fn next(sub: &mut Option<Box<Subscription>>) -> Option<Bytes> {
+    match sub {
+        Some(s) => s.rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Appends a received message, and whatever else is waiting, to the output.
+pub fn deliver(msg: Option<Bytes>, session: &mut Session, out: &mut BytesMut) {
+    let Some(sub) = session.pubsub.as_mut() else {
+        return;
+    };
+    if let Some(msg) = msg {
+        sub.me.queued.fetch_sub(msg.len(), Relaxed);
+        out.extend_from_slice(&msg);
+    }
+    drain(session, out);
+}
+
+/// Moves what is already queued into the output. Called before a reply is
+/// written, so that messages published before it was (by this very command,
+/// too: a PUBLISH to a channel the client listens to) come first, as Redis
+/// writes them.
+pub fn drain(session: &mut Session, out: &mut BytesMut) {
+    let Some(sub) = session.pubsub.as_mut() else {
+        return;
+    };
+    // Bounded per call, so a busy channel cannot keep this connection from
+    // writing (and from being checked against its output limit).
+    for _ in 0..1024 {
+        match sub.rx.try_recv() {
+            Ok(msg) => {
+                sub.me.queued.fetch_sub(msg.len(), Relaxed);
+                out.extend_from_slice(&msg);
+            }
+            Err(_) => break,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info() -> Arc<ClientInfo> {
+        let clients = crate::session::Clients::default();
+        let addr = "127.0.0.1:7".parse().unwrap();
+        clients
+            .register(addr, addr, &Default::default(), 1)
+            .unwrap()
+    }
+
+    #[test]
+    fn hard_limit_at_once_soft_limit_after_its_seconds() {
+        let info = info();
+        let since = AtomicU64::new(0);
+        let limit = OutputLimit {
+            hard: 100,
+            soft: 10,
+            soft_seconds: 0,
+        };
+        assert!(over_limit(limit, 101, &info, &since));
+        assert!(!over_limit(limit, 10, &info, &since));
+        // Zero seconds: over the soft limit at all is too long.
+        assert!(over_limit(limit, 11, &info, &since));
+        let patient = OutputLimit {
+            soft_seconds: 60,
+            ..limit
+        };
+        let since = AtomicU64::new(0);
+        assert!(!over_limit(patient, 50, &info, &since));
+        assert_ne!(since.load(Relaxed), 0, "the clock started");
+        assert!(!over_limit(patient, 5, &info, &since));
+        assert_eq!(since.load(Relaxed), 0, "back under: the clock stops");
+        let unlimited = OutputLimit {
+            hard: 0,
+            soft: 0,
+            soft_seconds: 0,
+        };
+        assert!(!over_limit(unlimited, u64::MAX / 2, &info, &since));
+    }
+
+    #[test]
+    fn messages_are_encoded_once_per_protocol() {
+        let info = info();
+        let mut msg = Encoded::new(Frame::Push(vec![Frame::Bulk(Bytes::from_static(b"m"))]));
+        assert_eq!(&msg.for_client(&info)[..], b"*1\r\n$1\r\nm\r\n");
+        info.proto.store(3, Relaxed);
+        assert_eq!(&msg.for_client(&info)[..], b">1\r\n$1\r\nm\r\n");
+    }
+}

@@ -1,0 +1,417 @@
+//! Pub/sub: SUBSCRIBE, PSUBSCRIBE, their UNSUBSCRIBEs, PUBLISH and PUBSUB, byte
+//! for byte against a real redis-server in RESP2 and RESP3 (subscribed mode,
+//! its errors, PING in it); the `redis` crate receiving messages; the registry as
+//! CLIENT LIST / INFO / CLIENT KILL see it; and the `pubsub` output limit closing
+//! a subscriber that stops reading while everyone else is served.
+
+mod harness;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use harness::real_redis::RedisServer;
+use harness::{info_stat, resp_cmd, TestServer};
+use relcache_protocol::resp::{parse_frame, Frame, Limits};
+
+/// A raw connection to any port that returns the exact bytes a request brought,
+/// however many replies that was: each request is followed by `PING <fence>`, and
+/// everything up to the fence's reply is the request's answer (the fence's reply
+/// included, which is itself compared).
+struct Conn {
+    s: TcpStream,
+    buf: Vec<u8>,
+    fences: u64,
+}
+
+impl Conn {
+    fn new(port: u16) -> Conn {
+        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Conn {
+            s,
+            buf: Vec::new(),
+            fences: 0,
+        }
+    }
+
+    fn send(&mut self, args: &[&str]) {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        self.s.write_all(&resp_cmd(&args)).unwrap();
+    }
+
+    fn text(&mut self, args: &[&str]) -> String {
+        self.fences += 1;
+        let fence = format!("fence-{}", self.fences);
+        self.send(args);
+        self.send(&["PING", &fence]);
+        let mut out = Vec::new();
+        loop {
+            while let Some((frame, n)) = parse_frame(&self.buf, &Limits::default()).unwrap() {
+                out.extend(self.buf.drain(..n));
+                if mentions(&frame, fence.as_bytes()) {
+                    return String::from_utf8_lossy(&out).into_owned();
+                }
+            }
+            let mut chunk = [0u8; 16 * 1024];
+            let n = match self.s.read(&mut chunk) {
+                Ok(n) => n,
+                Err(e) => panic!("{e} waiting for the reply to {args:?}"),
+            };
+            assert!(n > 0, "connection closed after {args:?}");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// The next frame, whatever it is (a message).
+    fn frame(&mut self) -> Frame {
+        loop {
+            if let Some((frame, n)) = parse_frame(&self.buf, &Limits::default()).unwrap() {
+                self.buf.drain(..n);
+                return frame;
+            }
+            let mut chunk = [0u8; 16 * 1024];
+            let n = self.s.read(&mut chunk).expect("a frame");
+            assert!(n > 0, "connection closed");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+fn mentions(frame: &Frame, what: &[u8]) -> bool {
+    match frame {
+        Frame::Bulk(b) => &b[..] == what,
+        Frame::Array(items) | Frame::Push(items) => items.iter().any(|f| mentions(f, what)),
+        _ => false,
+    }
+}
+
+/// Requests compared in both protocols, in order, on one connection. In RESP2
+/// the subscribed mode refuses most of them; in RESP3 they run.
+const SCRIPT: &[&[&str]] = &[
+    &["UNSUBSCRIBE"],
+    &["PUNSUBSCRIBE"],
+    &["UNSUBSCRIBE", "nope"],
+    &["PUBSUB", "NUMPAT"],
+    &["PUBSUB", "NUMSUB"],
+    &["PUBSUB", "NUMSUB", "a", "b"],
+    &["PUBSUB", "CHANNELS"],
+    &["PUBSUB", "CHANNELS", "a", "b"],
+    &["PUBSUB", "ChanNels", "x", "y"],
+    &["PUBSUB", "NUMPAT", "x"],
+    &["PUBSUB", "FOO"],
+    &["PUBSUB"],
+    &["PUBLISH", "a"],
+    &["PUBLISH", "a", "nobody"],
+    &["SUBSCRIBE"],
+    &["PSUBSCRIBE"],
+    &["SUBSCRIBE", "a", "b", "a"],
+    &["PUBSUB", "NUMSUB", "a", "b", "c"],
+    // One pattern matches what the client publishes to itself: Redis delivers
+    // to several in its dict's order, which varies from run to run.
+    &["PSUBSCRIBE", "h?llo", "z*"],
+    &["PUBLISH", "hello", "x"],
+    &[
+        "EVAL",
+        "return redis.call('publish', 'hello', 'from a script')",
+        "0",
+    ],
+    &["GET", "x"],
+    &["CLIENT", "GETNAME"],
+    &["DBSIZE"],
+    &["PING"],
+    &["PING", "hi"],
+    &["PING", "a", "b"],
+    &["ECHO", "e"],
+    &["SUBSCRIBE", "c"],
+    // One channel and one pattern left, so UNSUBSCRIBE and PUNSUBSCRIBE with no
+    // arguments answer in an order that does not depend on Redis's dict.
+    &["UNSUBSCRIBE", "b", "c", "nope"],
+    &["PUNSUBSCRIBE", "z*"],
+    &["PUNSUBSCRIBE"],
+    &["UNSUBSCRIBE"],
+    &["UNSUBSCRIBE"],
+    &["GET", "x"],
+    &["PING"],
+    &["PSUBSCRIBE", "x*"],
+    &["RESET"],
+    &["PING"],
+];
+
+fn compare(ours: &mut Conn, theirs: &mut Conn, proto: &str) {
+    for c in [&mut *ours, &mut *theirs] {
+        c.text(&["HELLO", proto]);
+    }
+    for req in SCRIPT {
+        let want = theirs.text(req);
+        let got = ours.text(req);
+        assert_eq!(got, want, "RESP{proto} reply to {req:?}");
+    }
+}
+
+#[test]
+fn replies_and_errors_match_redis_byte_for_byte() {
+    let s = TestServer::start();
+    let r = RedisServer::start();
+    let (mut ours, mut theirs) = (Conn::new(s.port), Conn::new(r.port));
+    compare(&mut ours, &mut theirs, "2");
+    // RESET brought both back to RESP2; the same connection goes on in RESP3.
+    compare(&mut ours, &mut theirs, "3");
+}
+
+/// Messages as another client publishes them, byte for byte: `message` and
+/// `pmessage` arrays in RESP2, pushes in RESP3; PUBLISH counts every receiver.
+#[test]
+fn messages_match_redis_byte_for_byte() {
+    let s = TestServer::start();
+    let r = RedisServer::start();
+    for proto in ["2", "3"] {
+        let mut got = Vec::new();
+        for port in [s.port, r.port] {
+            let mut sub = Conn::new(port);
+            let mut publisher = Conn::new(port);
+            sub.text(&["HELLO", proto]);
+            sub.text(&["SUBSCRIBE", "news"]);
+            sub.text(&["PSUBSCRIBE", "n*", "*s"]);
+            let count = publisher.text(&["PUBLISH", "news", "hot"]);
+            let other = publisher.text(&["PUBLISH", "nope", "cold"]);
+            // Redis delivers to matching patterns in its dict's order, which
+            // varies from run to run: the messages are compared as a set.
+            let mut messages: Vec<String> = (0..4).map(|_| format!("{:?}", sub.frame())).collect();
+            messages.sort();
+            got.push(format!("{count}{other}{messages:?}"));
+        }
+        assert_eq!(got[0], got[1], "RESP{proto}");
+        assert!(got[0].starts_with(":3\r\n"), "{}", got[0]);
+    }
+}
+
+#[test]
+fn the_redis_crate_receives_messages_in_resp2_and_resp3() {
+    let s = TestServer::start();
+    for url in [s.url(), format!("{}?protocol=resp3", s.url())] {
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut con = client.get_connection().unwrap();
+        let mut publisher = s.conn();
+        let mut sub = con.as_pubsub();
+        sub.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        sub.subscribe("news").unwrap();
+        sub.psubscribe("n?ws").unwrap();
+        let n: i64 = redis::cmd("PUBLISH")
+            .arg("news")
+            .arg("hello")
+            .query(&mut publisher)
+            .unwrap();
+        assert_eq!(n, 2, "{url}");
+        let first = sub.get_message().unwrap();
+        assert_eq!(first.get_channel_name(), "news");
+        assert_eq!(first.get_payload::<String>().unwrap(), "hello");
+        assert!(!first.from_pattern());
+        let second = sub.get_message().unwrap();
+        assert_eq!(second.get_channel_name(), "news");
+        assert_eq!(second.get_pattern::<String>().unwrap(), "n?ws");
+        assert_eq!(second.get_payload::<String>().unwrap(), "hello");
+        sub.unsubscribe("news").unwrap();
+        sub.punsubscribe("n?ws").unwrap();
+        let n: i64 = redis::cmd("PUBLISH")
+            .arg("news")
+            .arg("again")
+            .query(&mut publisher)
+            .unwrap();
+        assert_eq!(n, 0, "{url}: nobody listens any more");
+    }
+}
+
+fn client_list(con: &mut redis::Connection, args: &[&str]) -> String {
+    redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg(args)
+        .query(con)
+        .unwrap()
+}
+
+fn numsub(con: &mut redis::Connection, channel: &str) -> i64 {
+    let v: (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(con)
+        .unwrap();
+    v.1
+}
+
+/// Polls until `f` holds, for up to five seconds.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !f() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn subscribers_show_in_client_list_info_and_pubsub_and_can_be_killed_by_type() {
+    let s = TestServer::start();
+    let mut con = s.conn();
+    let mut sub = Conn::new(s.port);
+    let id = sub.text(&["CLIENT", "ID"]);
+    let id = id[1..].split("\r\n").next().unwrap();
+    sub.text(&["SUBSCRIBE", "a", "b"]);
+    sub.text(&["PSUBSCRIBE", "h*"]);
+
+    let all = client_list(&mut con, &[]);
+    let line = all
+        .lines()
+        .find(|l| l.starts_with(&format!("id={id} ")))
+        .unwrap_or_else(|| panic!("the subscriber is listed:\n{all}"));
+    assert!(line.contains(" flags=P "), "{line}");
+    assert!(line.contains(" sub=2 psub=1 ssub=0 "), "{line}");
+    let pubsub = client_list(&mut con, &["TYPE", "pubsub"]);
+    assert_eq!(pubsub.lines().count(), 1, "{pubsub}");
+    assert!(!client_list(&mut con, &["TYPE", "normal"]).contains("flags=P"));
+
+    assert_eq!(info_stat::<u64>(&mut con, "stats", "pubsub_channels"), 2);
+    assert_eq!(info_stat::<u64>(&mut con, "stats", "pubsub_patterns"), 1);
+    assert_eq!(info_stat::<u64>(&mut con, "clients", "pubsub_clients"), 1);
+    let mut channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query(&mut con)
+        .unwrap();
+    channels.sort();
+    assert_eq!(channels, ["a", "b"]);
+    let matching: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg("[a]")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(matching, ["a"]);
+
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(killed, 1);
+    let mut rest = Vec::new();
+    let _ = sub.s.read_to_end(&mut rest);
+    eventually("the killed subscriber left its channels", || {
+        numsub(&mut con, "a") == 0
+            && info_stat::<u64>(&mut con, "stats", "pubsub_patterns") == 0
+            && info_stat::<u64>(&mut con, "clients", "pubsub_clients") == 0
+    });
+}
+
+#[test]
+fn reset_and_disconnect_unsubscribe_everything() {
+    let s = TestServer::start();
+    let mut con = s.conn();
+    let mut sub = Conn::new(s.port);
+    sub.text(&["SUBSCRIBE", "a"]);
+    sub.text(&["PSUBSCRIBE", "*"]);
+    let publish = |con: &mut redis::Connection| -> i64 {
+        redis::cmd("PUBLISH").arg("a").arg("m").query(con).unwrap()
+    };
+    assert_eq!(publish(&mut con), 2);
+    sub.text(&["RESET"]);
+    assert_eq!(publish(&mut con), 0);
+    assert_eq!(numsub(&mut con, "a"), 0);
+    // After RESET every command is allowed again.
+    assert_eq!(sub.text(&["ECHO", "x"]), "$1\r\nx\r\n$7\r\nfence-4\r\n");
+
+    sub.text(&["SUBSCRIBE", "a"]);
+    assert_eq!(publish(&mut con), 1);
+    drop(sub);
+    eventually("a closed subscriber left its channel", || {
+        numsub(&mut con, "a") == 0
+    });
+    assert_eq!(publish(&mut con), 0);
+}
+
+/// A subscriber that never reads is closed once what waits for it passes the
+/// `pubsub` class's hard limit: the server does not hold its backlog, the
+/// publisher is never blocked, and other clients are served throughout.
+#[test]
+fn a_subscriber_that_never_reads_is_closed_at_the_pubsub_limit() {
+    let s = TestServer::start();
+    let mut con = s.conn();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("client-output-buffer-limit")
+        .arg("pubsub 1mb 256kb 1")
+        .query(&mut con)
+        .unwrap();
+    // A normal client may still hold far more than the pubsub class allows.
+    let limits = harness::config_get(&mut con, "client-output-buffer-limit");
+    assert!(limits.ends_with("pubsub 1048576 262144 1"), "{limits}");
+
+    let mut sleeper = Conn::new(s.port);
+    sleeper.text(&["SUBSCRIBE", "firehose"]);
+    let mut reader = s.conn();
+    let mut listening = reader.as_pubsub();
+    listening.subscribe("quiet").unwrap();
+
+    let payload = vec![b'x'; 64 * 1024];
+    let before = info_stat::<u64>(&mut con, "memory", "used_memory");
+    let start = Instant::now();
+    let mut receivers = Vec::new();
+    // 64 MB in all, far past what the kernel's socket buffers absorb.
+    for _ in 0..1024 {
+        let n: i64 = redis::cmd("PUBLISH")
+            .arg("firehose")
+            .arg(&payload[..])
+            .query(&mut con)
+            .unwrap();
+        receivers.push(n);
+        if n == 0 {
+            break;
+        }
+    }
+    assert_eq!(
+        receivers.last(),
+        Some(&0),
+        "the subscriber was never closed: {} publishes reached it",
+        receivers.len()
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "the publisher was held up"
+    );
+    assert!(
+        info_stat::<u64>(
+            &mut con,
+            "stats",
+            "client_output_buffer_limit_disconnections"
+        ) >= 1
+    );
+    let after = info_stat::<u64>(&mut con, "memory", "used_memory");
+    assert!(
+        after < before + 16 * 1024 * 1024,
+        "the server grew from {before} to {after} bytes"
+    );
+    // The closed subscriber finds its connection gone once it reads.
+    sleeper
+        .s
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut sink = vec![0u8; 1 << 20];
+    loop {
+        match sleeper.s.read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    // Everyone else is served: a reading subscriber still gets its messages.
+    let n: i64 = redis::cmd("PUBLISH")
+        .arg("quiet")
+        .arg("still here")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(n, 1);
+    listening
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let msg = listening.get_message().unwrap();
+    assert_eq!(msg.get_payload::<String>().unwrap(), "still here");
+    let pong: String = redis::cmd("PING").query(&mut s.conn()).unwrap();
+    assert_eq!(pong, "PONG");
+}
