@@ -491,6 +491,19 @@ fn busy_inside_multi_aborts_the_transaction() {
     kill(&mut c);
     assert!(h.join().unwrap().starts_with(KILLED));
 
+    // EXEC itself refused (its queued GET needs the script's shard): the
+    // transaction ends, with the reason, as Redis's does.
+    assert_eq!(m.text(&["MULTI"]), "+OK\r\n");
+    assert_eq!(m.text(&["GET", "k"]), "+QUEUED\r\n");
+    let h = spin(port, "while true do end");
+    assert_eq!(
+        m.text(&["EXEC"]),
+        "-EXECABORT Transaction discarded because of: BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n"
+    );
+    assert_eq!(m.text(&["DISCARD"]), "-ERR DISCARD without MULTI\r\n");
+    kill(&mut c);
+    assert!(h.join().unwrap().starts_with(KILLED));
+
     c.call(&["CONFIG", "SET", "busy-reply-threshold", "600000"]);
     let h = spin(port, "while true do end");
     assert_eq!(m.text(&["MULTI"]), "+OK\r\n");

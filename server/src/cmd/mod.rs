@@ -382,40 +382,24 @@ fn execute(
         && !spec.has(spec::NO_AUTH)
         && server.config.requirepass.read().is_some()
     {
-        server.cmdstats[id].rejected_calls.incr();
-        if let Some(m) = &mut session.multi {
-            m.failed = true;
-        }
-        return Outcome::Reply(CmdError::NoAuth.to_frame());
+        return reject(server, session, id, spec, CmdError::NoAuth);
     }
     if session.proto == Protocol::Resp2
         && crate::pubsub::subscribed(session)
         && !allowed_subscribed(spec)
     {
-        server.cmdstats[id].rejected_calls.incr();
-        if let Some(m) = &mut session.multi {
-            m.failed = true;
-        }
-        return Outcome::Reply(CmdError::err(format!(
+        let e = CmdError::err(format!(
             "Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
             spec.name
-        )).to_frame());
+        ));
+        return reject(server, session, id, spec, e);
     }
     if server.persist.loading() && !spec.has(spec::LOADING) {
-        if let Some(m) = &mut session.multi {
-            m.failed = true;
-        }
-        return Outcome::Reply(CmdError::Loading.to_frame());
+        return reject(server, session, id, spec, CmdError::Loading);
     }
     match script_gate(server, session, spec, args, resumed) {
         Gate::Go => {}
-        Gate::Busy => {
-            server.cmdstats[id].rejected_calls.incr();
-            if let Some(m) = &mut session.multi {
-                m.failed = true;
-            }
-            return Outcome::Reply(CmdError::Busy.to_frame());
-        }
+        Gate::Busy => return reject(server, session, id, spec, CmdError::Busy),
         // Queueing touches no key: only what runs now waits.
         Gate::Wait(_) if session.multi.is_some() && !spec.has(spec::NOT_QUEUED) => {}
         Gate::Wait(wait) => return Outcome::Park(wait),
@@ -457,6 +441,38 @@ fn allowed_subscribed(spec: &CommandSpec) -> bool {
     matches!(
         spec.name,
         "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "ping" | "quit" | "reset"
+    )
+}
+
+/// A command refused before it ran. Inside MULTI the transaction is flagged to
+/// fail at EXEC; a refused EXEC ends any transaction and answers EXECABORT with
+/// the reason, as Redis does (even without MULTI).
+fn reject(
+    server: &Server,
+    session: &mut Session,
+    id: usize,
+    spec: &CommandSpec,
+    e: CmdError,
+) -> Outcome {
+    server.cmdstats[id].rejected_calls.incr();
+    if !spec.has(spec::RUNS_QUEUED) {
+        if let Some(m) = &mut session.multi {
+            m.failed = true;
+        }
+        return Outcome::Reply(e.to_frame());
+    }
+    session.multi = None;
+    session.info.multi.store(u64::MAX, Relaxed);
+    if !session.watched.is_empty() {
+        // Unwatching locks the watched keys' shards, which a script may hold.
+        crate::offload::offload(|| transactions::unwatch_all(server, session));
+    }
+    let why = match e.to_frame() {
+        Frame::Error(text) => String::from_utf8_lossy(&text).into_owned(),
+        _ => String::new(),
+    };
+    Outcome::Reply(
+        CmdError::Coded(format!("EXECABORT Transaction discarded because of: {why}")).to_frame(),
     )
 }
 
