@@ -382,6 +382,17 @@ fn spin(port: u16, body: &'static str) -> std::thread::JoinHandle<String> {
         assert!(Instant::now() < deadline, "the script never started");
         std::thread::sleep(Duration::from_millis(10));
     }
+    // CLIENT LIST shows eval a moment before the script holds its key (on a
+    // loaded machine, maybe much more): with a zero threshold a GET of it is
+    // answered BUSY exactly once it does.
+    let threshold = c.text(&["CONFIG", "GET", "busy-reply-threshold"]);
+    let threshold = threshold.lines().nth(4).expect("CONFIG GET reply").to_string();
+    c.call(&["CONFIG", "SET", "busy-reply-threshold", "0"]);
+    while !c.text(&["GET", "k"]).starts_with("-BUSY ") {
+        assert!(Instant::now() < deadline, "the script never held its key");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    c.call(&["CONFIG", "SET", "busy-reply-threshold", &threshold]);
     h
 }
 
@@ -546,6 +557,13 @@ fn shutdown_nosave_ends_a_script_that_will_not() {
     let mut c = Conn::new(port);
     c.call(&["CONFIG", "SET", "busy-reply-threshold", "100"]);
     let h = spin(port, "redis.call('set', KEYS[1], 'x') while true do end");
+    // DBSIZE needs no shard: it sees the script's write before SCRIPT KILL is
+    // asked (on a loaded machine the script may not have reached it yet).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.text(&["DBSIZE"]) != ":1\r\n" {
+        assert!(Instant::now() < deadline, "the script never wrote");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert!(c.text(&["SHUTDOWN"]).starts_with("-BUSY "));
     assert!(c.text(&["SCRIPT", "KILL"]).starts_with("-UNKILLABLE "));
     c.s.write_all(&resp_cmd(&[b"SHUTDOWN", b"NOSAVE"])).unwrap();
