@@ -386,7 +386,11 @@ fn spin(port: u16, body: &'static str) -> std::thread::JoinHandle<String> {
     // loaded machine, maybe much more): with a zero threshold a GET of it is
     // answered BUSY exactly once it does.
     let threshold = c.text(&["CONFIG", "GET", "busy-reply-threshold"]);
-    let threshold = threshold.lines().nth(4).expect("CONFIG GET reply").to_string();
+    let threshold = threshold
+        .lines()
+        .nth(4)
+        .expect("CONFIG GET reply")
+        .to_string();
     c.call(&["CONFIG", "SET", "busy-reply-threshold", "0"]);
     while !c.text(&["GET", "k"]).starts_with("-BUSY ") {
         assert!(Instant::now() < deadline, "the script never held its key");
