@@ -22,6 +22,7 @@
 //! | `[label: a b]` | a group of arguments given together (`block`) |
 //! | `TOKEN label: …` | inside brackets: the group is introduced by a token |
 //! | `…...` | may repeat (`multiple`) |
+//! | `TOKEN name+...` | may repeat, the token before each (`multiple_token`) |
 //!
 //! Key arguments are numbered in order for `key_spec_index`, which matches the
 //! order of the command's key specs.
@@ -48,7 +49,7 @@ const SYNTAX: &[(&str, &str)] = &[
     ),
     ("client|no-evict", "(enabled: ON | OFF)"),
     ("client|no-touch", "(enabled: ON | OFF)"),
-    ("client|tracking", "(status: ON | OFF) [REDIRECT client-id<integer>] [PREFIX prefix<string>...] [BCAST] [OPTIN] [OPTOUT] [NOLOOP]"),
+    ("client|tracking", "(status: ON | OFF) [REDIRECT client-id<integer>] [PREFIX prefix<string>+...] [BCAST] [OPTIN] [OPTOUT] [NOLOOP]"),
     ("client|caching", "(mode: YES | NO)"),
     ("client|setinfo", "(attr: LIB-NAME libname | LIB-VER libver)"),
     ("client|setname", "connection-name"),
@@ -309,6 +310,8 @@ struct Arg {
     token: Option<String>,
     optional: bool,
     multiple: bool,
+    /// Repeats with its token before each repetition (`PREFIX a PREFIX b`).
+    multiple_token: bool,
     children: Vec<Arg>,
 }
 
@@ -325,11 +328,15 @@ impl Arg {
         if let Some(t) = &self.token {
             fields.push((bulk("token"), bulk(t)));
         }
-        let flags: Vec<Frame> = [(self.optional, "optional"), (self.multiple, "multiple")]
-            .into_iter()
-            .filter(|(on, _)| *on)
-            .map(|(_, f)| Frame::Simple(Bytes::from_static(f.as_bytes())))
-            .collect();
+        let flags: Vec<Frame> = [
+            (self.optional, "optional"),
+            (self.multiple, "multiple"),
+            (self.multiple_token, "multiple_token"),
+        ]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, f)| Frame::Simple(Bytes::from_static(f.as_bytes())))
+        .collect();
         if !flags.is_empty() {
             fields.push((bulk("flags"), Frame::Set(flags)));
         }
@@ -362,6 +369,8 @@ enum Tok {
     Close(char),
     Bar,
     Ellipsis,
+    /// `+...`: repeats, with its token each time.
+    EachWithToken,
     /// A group's label, written `label:` before its contents.
     Label(String),
     Word(String),
@@ -378,7 +387,10 @@ fn lex(s: &str) -> Result<Vec<Tok>, String> {
         // Closing brackets and ellipses, in the order written, come off the end.
         let mut tail = Vec::new();
         loop {
-            if let Some(rest) = w.strip_suffix("...") {
+            if let Some(rest) = w.strip_suffix("+...") {
+                tail.push(Tok::EachWithToken);
+                w = rest;
+            } else if let Some(rest) = w.strip_suffix("...") {
                 tail.push(Tok::Ellipsis);
                 w = rest;
             } else if let Some(c) = w.chars().last().filter(|c| matches!(c, ']' | ')')) {
@@ -450,6 +462,7 @@ impl Parser<'_> {
                         token: Some(w),
                         optional: false,
                         multiple: false,
+                        multiple_token: false,
                         children: Vec::new(),
                     },
                 }
@@ -463,6 +476,10 @@ impl Parser<'_> {
         if self.peek() == Some(&Tok::Ellipsis) {
             self.pos += 1;
             arg.multiple = true;
+        } else if self.peek() == Some(&Tok::EachWithToken) {
+            self.pos += 1;
+            arg.multiple = true;
+            arg.multiple_token = true;
         }
         Ok(arg)
     }
@@ -519,6 +536,7 @@ impl Parser<'_> {
             token,
             optional: false,
             multiple: false,
+            multiple_token: false,
             children,
         })
     }
@@ -544,6 +562,7 @@ impl Parser<'_> {
             token: None,
             optional: false,
             multiple: false,
+            multiple_token: false,
             children: Vec::new(),
         })
     }
