@@ -56,6 +56,9 @@ pub struct Db {
     /// Changes to the keyspace since start (Redis's `server.dirty`): bumped by every
     /// write a view makes; a snapshot remembers the value it started at.
     pub dirty: crate::stats::Counter,
+    /// Keys at least one client WATCHes (INFO `total_watched_keys`), kept by
+    /// [`View::watch`] and [`View::unwatch`] under the key's shard lock.
+    pub(crate) watched_keys: AtomicUsize,
 }
 
 impl Default for Db {
@@ -84,6 +87,7 @@ impl Db {
             leases_out: AtomicUsize::new(0),
             lease_tokens: lease::Tokens::new(now_ms()),
             dirty: crate::stats::Counter::default(),
+            watched_keys: AtomicUsize::new(0),
         }
     }
 
@@ -99,6 +103,11 @@ impl Db {
     /// Number of keys (expired-but-not-yet-reclaimed included, as in Redis).
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.len.load(Relaxed)).sum()
+    }
+
+    /// Keys at least one client WATCHes.
+    pub fn watched_keys(&self) -> usize {
+        self.watched_keys.load(Relaxed)
     }
 
     pub fn is_empty(&self) -> bool {
