@@ -182,6 +182,9 @@ pub struct Config {
     log_hook: RwLock<Option<LogHook>>,
     /// Seconds of idle before keepalive probes on accepted sockets (0 = off).
     pub tcp_keepalive: AtomicU64,
+    /// Connections a listener accepts in a row before it lets the other tasks of
+    /// its worker thread run (Redis 7.4's accepts per event-loop cycle).
+    pub max_new_connections_per_cycle: AtomicU64,
     /// How long a lease on a missing key lasts unless its command says (ms): the
     /// longest a crashed filler can make others wait.
     pub lease_timeout: AtomicU64,
@@ -250,6 +253,7 @@ impl Default for Config {
             loglevel: RwLock::new(LogLevel::Notice),
             log_hook: RwLock::new(None),
             tcp_keepalive: AtomicU64::new(300),
+            max_new_connections_per_cycle: AtomicU64::new(10),
             lease_timeout: AtomicU64::new(10_000),
             lease_max_ttl: AtomicU64::new(60_000),
             lease_max_count: AtomicU64::new(100_000),
@@ -576,6 +580,14 @@ pub static PARAMS: &[Param] = &[
         help: "Send TCP keepalive probes to clients idle this many seconds (0 = off)",
         get: |c| get_u(&c.tcp_keepalive),
         set: |c, v| set_u(&c.tcp_keepalive, v, 0, i32::MAX as u64),
+    },
+    Param {
+        name: "max-new-connections-per-cycle",
+        mutable: true,
+        protected: false,
+        help: "Connections a listener accepts in a row before it lets its worker's clients run",
+        get: |c| get_u(&c.max_new_connections_per_cycle),
+        set: |c, v| set_u(&c.max_new_connections_per_cycle, v, 1, 1000),
     },
     Param {
         name: "lease-timeout",
