@@ -247,7 +247,7 @@ pub(super) fn error_table(lua: &Lua, e: Value) -> mlua::Result<Value> {
     Ok(e)
 }
 
-/// `7.2.4` as Redis's `0x070204`.
+/// `7.4.0` as Redis's `0x070400`.
 fn version_num(v: &str) -> i64 {
     v.split('.')
         .take(3)
