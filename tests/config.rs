@@ -323,3 +323,34 @@ fn max_new_connections_per_cycle_is_redis_7_4s_knob_and_accepting_goes_on() {
         "1000"
     );
 }
+
+/// Sends `frame`, which the server refuses as a protocol error, and waits for
+/// the close (the debug line is written before it).
+fn send_bad_frame(port: u16, frame: &[u8]) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(frame).unwrap();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+}
+
+#[test]
+fn hide_user_data_from_log_keeps_request_bytes_out_of_the_log() {
+    let srv = TestServer::start();
+    let mut con = srv.conn();
+    assert_eq!(config_get(&mut con, "hide-user-data-from-log"), "no");
+    config_set(&mut con, "loglevel", "debug").unwrap();
+    const LINE: &str = "protocol error, closing";
+    send_bad_frame(srv.port, b"*1\r\n:1\r\n");
+    srv.wait_log("the quoted byte is logged by default", |l| {
+        l.contains("got ':'") && l.matches(LINE).count() == 1
+    });
+    config_set(&mut con, "hide-user-data-from-log", "yes").unwrap();
+    assert_eq!(config_get(&mut con, "hide-user-data-from-log"), "yes");
+    send_bad_frame(srv.port, b"*1\r\n#1\r\n");
+    let log = srv.wait_log("the second protocol error", |l| {
+        l.matches(LINE).count() == 2
+    });
+    assert!(!log.contains("got '#'"), "{log}");
+    assert!(config_set(&mut con, "hide-user-data-from-log", "maybe").is_err());
+}

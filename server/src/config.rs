@@ -210,6 +210,9 @@ pub struct Config {
     pub busy_reply_threshold: AtomicU64,
     /// Scripts may touch keys they did not declare in KEYS, taking every shard.
     pub lua_allow_undeclared_keys: AtomicBool,
+    /// Keep what clients send out of the log (Redis 7.4's
+    /// `hide-user-data-from-log`).
+    pub hide_user_data_from_log: AtomicBool,
     /// Derived, not a parameter: see [`crate::observe::Gate`].
     pub observe_gate: crate::observe::Gate,
     /// `save`: (seconds, changes) pairs; empty for no automatic snapshots.
@@ -265,6 +268,7 @@ impl Default for Config {
             latency_tracking_info_percentiles: RwLock::new(vec![50.0, 99.0, 99.9]),
             busy_reply_threshold: AtomicU64::new(5000),
             lua_allow_undeclared_keys: AtomicBool::new(false),
+            hide_user_data_from_log: AtomicBool::new(false),
             observe_gate: crate::observe::Gate::default(),
             save_policy: RwLock::new(Vec::new()),
             dir: RwLock::new(std::env::current_dir().unwrap_or_else(|_| ".".into())),
@@ -793,6 +797,24 @@ pub static PARAMS: &[Param] = &[
         },
         set: |c, v| {
             c.lua_allow_undeclared_keys.store(yes_no(v)?, Relaxed);
+            Ok(())
+        },
+    },
+    Param {
+        name: "hide-user-data-from-log",
+        mutable: true,
+        protected: false,
+        help: "Keep bytes clients sent out of the log: a protocol error is logged without the byte it quotes (yes/no)",
+        get: |c| {
+            if c.hide_user_data_from_log.load(Relaxed) {
+                "yes"
+            } else {
+                "no"
+            }
+            .into()
+        },
+        set: |c, v| {
+            c.hide_user_data_from_log.store(yes_no(v)?, Relaxed);
             Ok(())
         },
     },

@@ -193,7 +193,13 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                 Ok(false) => break,
                 Err(e) => {
                     Frame::error(format!("ERR {e}")).encode(session.proto, &mut wbuf);
-                    tracing::debug!(client = info.id, error = %e, "protocol error, closing");
+                    // The error quotes a byte of the request (`got 'X'`): user
+                    // data, which Redis 7.4's `hide-user-data-from-log` keeps out.
+                    if server.config.hide_user_data_from_log.load(Relaxed) {
+                        tracing::debug!(client = info.id, "protocol error, closing");
+                    } else {
+                        tracing::debug!(client = info.id, error = %e, "protocol error, closing");
+                    }
                     lingering_close(server, stream, &mut wbuf).await;
                     return Closed::Normal;
                 }
