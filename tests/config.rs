@@ -280,3 +280,77 @@ fn tcp_backlog_sizes_the_listen_queue() {
         assert_eq!(queue, Some(want), "ss: {text}");
     }
 }
+
+#[test]
+fn max_new_connections_per_cycle_is_redis_7_4s_knob_and_accepting_goes_on() {
+    let srv = TestServer::start();
+    let mut con = srv.conn();
+    assert_eq!(config_get(&mut con, "max-new-connections-per-cycle"), "10");
+    for bad in ["0", "1001", "x"] {
+        let e = config_set(&mut con, "max-new-connections-per-cycle", bad).unwrap_err();
+        assert!(
+            e.to_string().contains("max-new-connections-per-cycle"),
+            "{bad}: {e}"
+        );
+    }
+    assert_eq!(config_get(&mut con, "max-new-connections-per-cycle"), "10");
+    // At the lowest cap the listener yields after every accept; a burst of
+    // connects still all complete, and a connected client is served meanwhile.
+    config_set(&mut con, "max-new-connections-per-cycle", "1").unwrap();
+    assert_eq!(config_get(&mut con, "max-new-connections-per-cycle"), "1");
+    let burst: Vec<_> = (0..100)
+        .map(|_| {
+            let port = srv.port;
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                s.write_all(b"PING\r\n").unwrap();
+                let mut reply = [0u8; 7];
+                s.read_exact(&mut reply).unwrap();
+                reply
+            })
+        })
+        .collect();
+    let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+    assert_eq!(pong, "PONG");
+    for t in burst {
+        assert_eq!(&t.join().unwrap(), b"+PONG\r\n");
+    }
+
+    let srv = TestServer::start_with(&["--max-new-connections-per-cycle", "1000"]);
+    assert_eq!(
+        config_get(&mut srv.conn(), "max-new-connections-per-cycle"),
+        "1000"
+    );
+}
+
+/// Sends `frame`, which the server refuses as a protocol error, and waits for
+/// the close (the debug line is written before it).
+fn send_bad_frame(port: u16, frame: &[u8]) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(frame).unwrap();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+}
+
+#[test]
+fn hide_user_data_from_log_keeps_request_bytes_out_of_the_log() {
+    let srv = TestServer::start();
+    let mut con = srv.conn();
+    assert_eq!(config_get(&mut con, "hide-user-data-from-log"), "no");
+    config_set(&mut con, "loglevel", "debug").unwrap();
+    const LINE: &str = "protocol error, closing";
+    send_bad_frame(srv.port, b"*1\r\n:1\r\n");
+    srv.wait_log("the quoted byte is logged by default", |l| {
+        l.contains("got ':'") && l.matches(LINE).count() == 1
+    });
+    config_set(&mut con, "hide-user-data-from-log", "yes").unwrap();
+    assert_eq!(config_get(&mut con, "hide-user-data-from-log"), "yes");
+    send_bad_frame(srv.port, b"*1\r\n#1\r\n");
+    let log = srv.wait_log("the second protocol error", |l| {
+        l.matches(LINE).count() == 2
+    });
+    assert!(!log.contains("got '#'"), "{log}");
+    assert!(config_set(&mut con, "hide-user-data-from-log", "maybe").is_err());
+}

@@ -575,6 +575,148 @@ fn client_kill_disconnects_others_and_keeps_the_killer() {
     assert!(killer.closed());
 }
 
+/// A CLIENT LIST / CLIENT INFO line's field `name`.
+fn client_field(line: &str, name: &str) -> String {
+    line.split(' ')
+        .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {name}= in {line}"))
+        .to_string()
+}
+
+fn info_num(con: &mut Raw, name: &str) -> u64 {
+    harness::info_value(&text(&con.call(&["INFO"])), name)
+}
+
+#[test]
+fn client_kill_maxage_keeps_younger_connections() {
+    let srv = TestServer::start();
+    let mut killer = Raw::new(&srv);
+    let mut old = Raw::new(&srv);
+    old.call(&["PING"]);
+    // `age` counts whole seconds: wait until `old` is at least 2 s old.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while client_field(&text(&old.call(&["CLIENT", "INFO"])), "age")
+        .parse::<u64>()
+        .unwrap()
+        < 2
+    {
+        assert!(std::time::Instant::now() < deadline, "age never reached 2");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut young = Raw::new(&srv);
+    young.call(&["PING"]);
+    let young_id = int(&young.call(&["CLIENT", "ID"]));
+    let old_id = int(&old.call(&["CLIENT", "ID"]));
+
+    // Nobody is 1000 s old; only `old` (and the killer, skipped) is 2 s old.
+    assert_eq!(killer.wire(&["CLIENT", "KILL", "MAXAGE", "1000"]), ":0\r\n");
+    assert_eq!(
+        killer.wire(&["CLIENT", "KILL", "MAXAGE", "2", "ID", &old_id.to_string()]),
+        ":1\r\n"
+    );
+    assert!(old.closed());
+    assert_eq!(
+        killer.wire(&["CLIENT", "KILL", "ID", &young_id.to_string(), "MAXAGE", "2"]),
+        ":0\r\n",
+        "a connection younger than MAXAGE stays"
+    );
+    assert_eq!(young.wire(&["PING"]), "+PONG\r\n");
+
+    // 7.4's errors: not a number, then not positive.
+    assert_eq!(
+        killer.wire(&["CLIENT", "KILL", "MAXAGE", "x"]),
+        "-ERR maxage is not an integer or out of range\r\n"
+    );
+    assert_eq!(
+        killer.wire(&["CLIENT", "KILL", "MAXAGE", "99999999999999999999"]),
+        "-ERR maxage is not an integer or out of range\r\n"
+    );
+    for bad in ["0", "-5"] {
+        assert_eq!(
+            killer.wire(&["CLIENT", "KILL", "MAXAGE", bad]),
+            "-ERR maxage should be greater than 0\r\n"
+        );
+    }
+    assert_eq!(
+        killer.wire(&["CLIENT", "KILL", "ID", "1", "MAXAGE"]),
+        "-ERR syntax error\r\n"
+    );
+    let help = names(&killer.call(&["CLIENT", "HELP"]));
+    let at = help
+        .iter()
+        .position(|l| l == "    * MAXAGE <maxage>")
+        .expect("MAXAGE in CLIENT HELP");
+    assert_eq!(
+        help[at + 1],
+        "      Kill connections older than the specified age."
+    );
+}
+
+#[test]
+fn watched_keys_show_in_client_list_and_info() {
+    let srv = TestServer::start();
+    let mut a = Raw::new(&srv);
+    let mut b = Raw::new(&srv);
+    let line = text(&a.call(&["CLIENT", "INFO"]));
+    assert_eq!(client_field(&line, "watch"), "0");
+    // 7.4 puts `watch=` right after `multi=`.
+    assert!(line.contains(" multi=-1 watch=0 qbuf="), "{line}");
+    assert_eq!(info_num(&mut a, "watching_clients"), 0);
+    assert_eq!(info_num(&mut a, "total_watched_keys"), 0);
+
+    // A key watched twice by one client counts once; keys watched by two clients
+    // count once each in total_watched_keys.
+    assert_eq!(a.wire(&["WATCH", "k1", "k2", "k1"]), "+OK\r\n");
+    assert_eq!(a.wire(&["WATCH", "k2"]), "+OK\r\n");
+    assert_eq!(b.wire(&["WATCH", "k2", "k3"]), "+OK\r\n");
+    let a_id = int(&a.call(&["CLIENT", "ID"]));
+    let list = text(&b.call(&["CLIENT", "LIST"]));
+    let a_line = list
+        .lines()
+        .find(|l| l.starts_with(&format!("id={a_id} ")))
+        .unwrap();
+    assert_eq!(client_field(a_line, "watch"), "2", "{a_line}");
+    assert_eq!(
+        client_field(&text(&b.call(&["CLIENT", "INFO"])), "watch"),
+        "2"
+    );
+    assert_eq!(info_num(&mut a, "watching_clients"), 2);
+    assert_eq!(info_num(&mut a, "total_watched_keys"), 3);
+
+    // EXEC, UNWATCH, DISCARD and a closing connection each drop their watches.
+    a.call(&["MULTI"]);
+    a.call(&["PING"]);
+    assert_eq!(items(&a.call(&["EXEC"])).len(), 1);
+    assert_eq!(
+        client_field(&text(&a.call(&["CLIENT", "INFO"])), "watch"),
+        "0"
+    );
+    assert_eq!(info_num(&mut a, "watching_clients"), 1);
+    assert_eq!(info_num(&mut a, "total_watched_keys"), 2);
+    b.call(&["UNWATCH"]);
+    assert_eq!(info_num(&mut a, "watching_clients"), 0);
+    assert_eq!(info_num(&mut a, "total_watched_keys"), 0);
+    b.call(&["WATCH", "k9"]);
+    b.call(&["MULTI"]);
+    b.call(&["DISCARD"]);
+    assert_eq!(info_num(&mut a, "total_watched_keys"), 0);
+    b.call(&["WATCH", "k9"]);
+    assert_eq!(info_num(&mut a, "watching_clients"), 1);
+    drop(b);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while info_num(&mut a, "watching_clients") != 0 || info_num(&mut a, "total_watched_keys") != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a closed client's watches stay counted"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // pubsub_clients (7.4) counts subscribed connections.
+    let mut sub = Raw::new(&srv);
+    sub.call(&["SUBSCRIBE", "ch"]);
+    assert_eq!(info_num(&mut a, "pubsub_clients"), 1);
+}
+
 #[test]
 fn command_count_list_and_info() {
     let srv = TestServer::start();

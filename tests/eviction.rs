@@ -116,12 +116,53 @@ fn noeviction_refuses_writes_with_oom_and_keeps_serving_reads() {
         &harness::resp_cmd(&[b"SET", b"more", &t]),
         b"+QUEUED\r\n",
     );
+    // Refused at EXEC, the transaction ends with EXECABORT and the reason, as a
+    // refused EXEC does in Redis.
     harness::roundtrip(
         &mut raw,
         &harness::resp_cmd(&[b"EXEC"]),
+        b"-EXECABORT Transaction discarded because of: OOM command not allowed when used memory > 'maxmemory'.\r\n",
+    );
+    harness::roundtrip(
+        &mut raw,
+        &harness::resp_cmd(&[b"DISCARD"]),
+        b"-ERR DISCARD without MULTI\r\n",
+    );
+    // Over maxmemory now (it is lowered under what is stored), Redis 7.4 still
+    // queues and runs a read-only transaction (7.2 refused every queued command);
+    // a command that adds data is refused as it is queued, failing the EXEC.
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1mb")
+        .query(&mut con)
+        .unwrap();
+    let get_k1 = harness::resp_cmd(&[b"IDSET.CARD", b"k1"]);
+    harness::roundtrip(&mut raw, &harness::resp_cmd(&[b"MULTI"]), b"+OK\r\n");
+    harness::roundtrip(&mut raw, &get_k1, b"+QUEUED\r\n");
+    harness::roundtrip(
+        &mut raw,
+        &harness::resp_cmd(&[b"EXEC"]),
+        b"*1\r\n:20000\r\n",
+    );
+    harness::roundtrip(&mut raw, &harness::resp_cmd(&[b"MULTI"]), b"+OK\r\n");
+    harness::roundtrip(&mut raw, &get_k1, b"+QUEUED\r\n");
+    harness::roundtrip(
+        &mut raw,
+        &harness::resp_cmd(&[b"SET", b"more", b"x"]),
         b"-OOM command not allowed when used memory > 'maxmemory'.\r\n",
     );
-    harness::roundtrip(&mut raw, &harness::resp_cmd(&[b"DISCARD"]), b"+OK\r\n");
+    harness::roundtrip(
+        &mut raw,
+        &harness::resp_cmd(&[b"EXEC"]),
+        b"-EXECABORT Transaction discarded because of previous errors.\r\n",
+    );
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("8mb")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(
         redis::cmd("EXISTS")
             .arg("more")

@@ -887,3 +887,68 @@ fn a_thousand_concurrent_connects_all_complete_without_a_retry() {
     }
     panic!("the listen queue overflowed in every burst (dropped, slowest): {bursts:?}");
 }
+
+#[test]
+fn a_transaction_is_held_to_the_query_buffer_limit() {
+    let s = TestServer::start_with(&["--client-query-buffer-limit", "1mb"]);
+    let mut canary = Canary::new(&s);
+    let value = vec![b'v'; 100 * 1024];
+    // Under the limit, a transaction queues and runs.
+    let mut ok = s.raw();
+    roundtrip(&mut ok, &resp_cmd(&[b"MULTI"]), b"+OK\r\n");
+    for i in 0..5 {
+        let key = format!("small{i}");
+        roundtrip(
+            &mut ok,
+            &resp_cmd(&[b"SET", key.as_bytes(), &value]),
+            b"+QUEUED\r\n",
+        );
+    }
+    roundtrip(
+        &mut ok,
+        &resp_cmd(&[b"EXEC"]),
+        b"*5\r\n+OK\r\n+OK\r\n+OK\r\n+OK\r\n+OK\r\n",
+    );
+
+    // Redis 7.4 counts the queued commands as part of the query buffer: a
+    // transaction that grows past the limit is disconnected, though each of
+    // its requests is small and read at once.
+    let mut big = s.raw();
+    roundtrip(&mut big, &resp_cmd(&[b"MULTI"]), b"+OK\r\n");
+    let mut queued = 0;
+    let closed = loop {
+        let key = format!("big{queued}");
+        let req = resp_cmd(&[b"SET", key.as_bytes(), &value]);
+        if big.write_all(&req).is_err() {
+            break true;
+        }
+        let mut reply = [0u8; 9];
+        match big.read(&mut reply) {
+            Ok(9) if &reply == b"+QUEUED\r\n" => queued += 1,
+            Ok(0) | Err(_) => break true,
+            Ok(n) => panic!("unexpected reply {:?}", &reply[..n]),
+        }
+        if queued > 30 {
+            break false;
+        }
+    };
+    assert!(closed, "a 3 MB transaction was never cut off");
+    assert!(
+        (9..=11).contains(&queued),
+        "cut off after {queued} commands of 100 KB under a 1 MB limit"
+    );
+    assert_eq!(
+        info_stat::<u64>(
+            &mut canary.con,
+            "stats",
+            "client_query_buffer_limit_disconnections"
+        ),
+        1
+    );
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg("big0")
+        .query(&mut canary.con)
+        .unwrap();
+    assert_eq!(exists, 0, "nothing of the cut-off transaction ran");
+    canary.check(&s);
+}

@@ -182,6 +182,9 @@ pub struct Config {
     log_hook: RwLock<Option<LogHook>>,
     /// Seconds of idle before keepalive probes on accepted sockets (0 = off).
     pub tcp_keepalive: AtomicU64,
+    /// Connections a listener accepts in a row before it lets the other tasks of
+    /// its worker thread run (Redis 7.4's accepts per event-loop cycle).
+    pub max_new_connections_per_cycle: AtomicU64,
     /// How long a lease on a missing key lasts unless its command says (ms): the
     /// longest a crashed filler can make others wait.
     pub lease_timeout: AtomicU64,
@@ -210,6 +213,9 @@ pub struct Config {
     pub tracking_table_max_keys: AtomicU64,
     /// Scripts may touch keys they did not declare in KEYS, taking every shard.
     pub lua_allow_undeclared_keys: AtomicBool,
+    /// Keep what clients send out of the log (Redis 7.4's
+    /// `hide-user-data-from-log`).
+    pub hide_user_data_from_log: AtomicBool,
     /// Derived, not a parameter: see [`crate::observe::Gate`].
     pub observe_gate: crate::observe::Gate,
     /// `save`: (seconds, changes) pairs; empty for no automatic snapshots.
@@ -253,6 +259,7 @@ impl Default for Config {
             loglevel: RwLock::new(LogLevel::Notice),
             log_hook: RwLock::new(None),
             tcp_keepalive: AtomicU64::new(300),
+            max_new_connections_per_cycle: AtomicU64::new(10),
             lease_timeout: AtomicU64::new(10_000),
             lease_max_ttl: AtomicU64::new(60_000),
             lease_max_count: AtomicU64::new(100_000),
@@ -265,6 +272,7 @@ impl Default for Config {
             busy_reply_threshold: AtomicU64::new(5000),
             tracking_table_max_keys: AtomicU64::new(1_000_000),
             lua_allow_undeclared_keys: AtomicBool::new(false),
+            hide_user_data_from_log: AtomicBool::new(false),
             observe_gate: crate::observe::Gate::default(),
             save_policy: RwLock::new(Vec::new()),
             dir: RwLock::new(std::env::current_dir().unwrap_or_else(|_| ".".into())),
@@ -590,6 +598,14 @@ pub static PARAMS: &[Param] = &[
         set: |c, v| set_u(&c.tcp_keepalive, v, 0, i32::MAX as u64),
     },
     Param {
+        name: "max-new-connections-per-cycle",
+        mutable: true,
+        protected: false,
+        help: "Connections a listener accepts in a row before it lets its worker's clients run",
+        get: |c| get_u(&c.max_new_connections_per_cycle),
+        set: |c, v| set_u(&c.max_new_connections_per_cycle, v, 1, 1000),
+    },
+    Param {
         name: "lease-timeout",
         mutable: true,
         protected: false,
@@ -793,6 +809,24 @@ pub static PARAMS: &[Param] = &[
         },
         set: |c, v| {
             c.lua_allow_undeclared_keys.store(yes_no(v)?, Relaxed);
+            Ok(())
+        },
+    },
+    Param {
+        name: "hide-user-data-from-log",
+        mutable: true,
+        protected: false,
+        help: "Keep bytes clients sent out of the log: a protocol error is logged without the byte it quotes (yes/no)",
+        get: |c| {
+            if c.hide_user_data_from_log.load(Relaxed) {
+                "yes"
+            } else {
+                "no"
+            }
+            .into()
+        },
+        set: |c, v| {
+            c.hide_user_data_from_log.store(yes_no(v)?, Relaxed);
             Ok(())
         },
     },

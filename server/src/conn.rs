@@ -83,6 +83,16 @@ pub async fn serve(server: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>
     server.clients.unregister(info.id);
 }
 
+/// Redis 7.4's query buffer check, made after each read: a MULTI's queued
+/// commands have not run yet, so they count as unread input, which keeps a
+/// transaction from growing without bound; and a client that still has to
+/// authenticate may hold at most 1 MB.
+fn over_query_limit(server: &Server, session: &Session, unparsed: usize) -> bool {
+    let held = (unparsed + session.multi.as_ref().map_or(0, |m| m.bytes)) as u64;
+    held > server.config.client_query_buffer_limit.load(Relaxed)
+        || (!session.authenticated && held > 1024 * 1024)
+}
+
 /// The decoder's limits for this client now: `proto-max-bulk-len`, and Redis 7's
 /// tighter ones until a client that must authenticate has done so.
 pub(crate) fn limits(server: &Server, session: &Session) -> Limits {
@@ -184,7 +194,13 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                 Ok(false) => break,
                 Err(e) => {
                     Frame::error(format!("ERR {e}")).encode(session.proto, &mut wbuf);
-                    tracing::debug!(client = info.id, error = %e, "protocol error, closing");
+                    // The error quotes a byte of the request (`got 'X'`): user
+                    // data, which Redis 7.4's `hide-user-data-from-log` keeps out.
+                    if server.config.hide_user_data_from_log.load(Relaxed) {
+                        tracing::debug!(client = info.id, "protocol error, closing");
+                    } else {
+                        tracing::debug!(client = info.id, error = %e, "protocol error, closing");
+                    }
                     lingering_close(server, stream, &mut wbuf).await;
                     return Closed::Normal;
                 }
@@ -284,7 +300,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) => return Closed::Io(e),
                 }
-                if rbuf.len() as u64 > config.client_query_buffer_limit.load(Relaxed) {
+                if over_query_limit(server, session, rbuf.len()) {
                     server.stats.client_query_buffer_limit_disconnections.incr();
                     return Closed::Limit("closing client that reached max query buffer length");
                 }

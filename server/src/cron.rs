@@ -23,11 +23,11 @@ pub fn run(server: &Server) {
             server.stats.expired_keys.add(sweep.removed);
         }
         let rates = &server.observe.rates;
-        rates.note_ttls(
-            sweep
-                .saw_volatile
-                .then_some((sweep.ttl_sum, sweep.ttl_samples)),
-        );
+        rates.note_ttls(sweep.saw_volatile.then_some((
+            sweep.ttl_sum,
+            sweep.ttl_samples,
+            sweep.ttl_rounds,
+        )));
         // Redis's "expire-cycle" latency event.
         let threshold = server.config.latency_monitor_threshold.load(Relaxed);
         let ms = started.elapsed().as_millis() as u64;

@@ -35,8 +35,10 @@ mod tracking;
 pub use config::Config;
 pub use listen::run;
 
-/// The Redis version relcache reports (HELLO, INFO): clients gate features on it,
-/// and relcache implements the 7.2 command surface they expect.
-pub const REDIS_VERSION: &str = "7.2.4";
+/// The Redis version relcache reports (HELLO, INFO, `redis.REDIS_VERSION`):
+/// clients gate features on it, so it names the release whose changes to
+/// relcache's command families are all implemented — 7.4's (README,
+/// "Compatibility").
+pub const REDIS_VERSION: &str = "7.4.0";
 /// relcache's own version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

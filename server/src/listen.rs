@@ -75,7 +75,18 @@ pub async fn run(
 async fn accept_loop(listener: TcpListener, server: Arc<Server>, tracker: TaskTracker) {
     let local_addr = listener.local_addr().unwrap_or(server.local_addr);
     let shutdown = server.shutdown.clone();
+    let mut since_yield = 0u64;
     loop {
+        // A burst of connects would otherwise keep this task accepting while the
+        // clients already on its worker thread wait (tokio's own budget lets it
+        // take 128 first): as Redis 7.4 accepts at most
+        // `max-new-connections-per-cycle` per event-loop cycle, this listener
+        // lets the worker's other tasks run after every that many accepts.
+        since_yield += 1;
+        if since_yield > server.config.max_new_connections_per_cycle.load(Relaxed) {
+            since_yield = 1;
+            tokio::task::yield_now().await;
+        }
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => return,
             r = listener.accept() => r,

@@ -32,6 +32,9 @@ pub struct ClientInfo {
     pub proto: AtomicU8,
     /// Pending queued commands (-1 outside MULTI), for the `multi=` field.
     pub multi: AtomicU64,
+    /// Keys it WATCHes (CLIENT LIST's `watch=`, Redis 7.4), published by the
+    /// connection, which alone keeps the list.
+    pub watching: AtomicU64,
     /// What its buffers hold (CLIENT LIST's `qbuf` … `tot-mem`), published by the
     /// connection as they change.
     pub mem: ClientMem,
@@ -63,13 +66,19 @@ pub struct ClientInfo {
 }
 
 impl ClientInfo {
+    /// Seconds since it connected: CLIENT LIST's `age`, and what CLIENT KILL
+    /// MAXAGE compares.
+    pub fn age_secs(&self) -> u64 {
+        self.created.elapsed().as_secs()
+    }
+
     pub fn idle_secs(&self) -> u64 {
         let now = self.created.elapsed().as_millis() as u64;
         now.saturating_sub(self.last_active_ms.load(Relaxed)) / 1000
     }
 
     /// One CLIENT LIST / CLIENT INFO line (without the trailing newline), with the
-    /// fields Redis 7.2 prints, in its order. `running` is the arguments of the
+    /// fields Redis 7.4 prints, in its order. `running` is the arguments of the
     /// command being run, when the line is the caller's own (its `argv-mem`, as in
     /// Redis; other clients show what their connection published).
     ///
@@ -126,13 +135,14 @@ impl ClientInfo {
             _ => self.redirect.load(Relaxed) as i64,
         };
         format!(
-            "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={flags} db=0 sub={sub} psub={psub} ssub=0 multi={multi} qbuf={} qbuf-free={} argv-mem={argv} multi-mem={multi_mem} rbs={rbs} rbp={rbs} obl={pending} oll=0 omem={pending} tot-mem={total} events=r cmd={} user=default redir={redir} resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={flags} db=0 sub={sub} psub={psub} ssub=0 multi={multi} watch={} qbuf={} qbuf-free={} argv-mem={argv} multi-mem={multi_mem} rbs={rbs} rbp={rbs} obl={pending} oll=0 omem={pending} tot-mem={total} events=r cmd={} user=default redir={redir} resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
             lossy(&self.name),
-            self.created.elapsed().as_secs(),
+            self.age_secs(),
             self.idle_secs(),
+            self.watching.load(Relaxed),
             m.qbuf.load(Relaxed),
             m.qbuf_free.load(Relaxed),
             match self.last_cmd.load(Relaxed) {
@@ -154,6 +164,8 @@ pub struct Clients {
     /// The sum of every client's `tot-mem` (INFO `mem_clients_normal`): striped,
     /// as connections on every worker change it.
     memory: Gauge,
+    /// Clients that WATCH at least one key (INFO `watching_clients`).
+    watching: AtomicUsize,
     /// Held by whoever is choosing clients to evict (see
     /// [`crate::client_memory::evict_clients`]).
     pub(crate) evicting: Mutex<()>,
@@ -185,6 +197,7 @@ impl Clients {
             last_cmd: AtomicUsize::new(usize::MAX),
             proto: AtomicU8::new(2),
             multi: AtomicU64::new(u64::MAX),
+            watching: AtomicU64::new(0),
             mem: ClientMem::default(),
             no_evict: AtomicBool::new(false),
             blocked: std::sync::atomic::AtomicBool::new(false),
@@ -221,6 +234,20 @@ impl Clients {
 
     pub fn len(&self) -> usize {
         self.map.lock().len()
+    }
+
+    /// Clients that WATCH at least one key.
+    pub fn watching(&self) -> usize {
+        self.watching.load(Relaxed)
+    }
+
+    /// A client started (`1`) or stopped (`-1`) watching keys.
+    pub(crate) fn watching_changed(&self, delta: isize) {
+        if delta > 0 {
+            self.watching.fetch_add(1, Relaxed);
+        } else {
+            self.watching.fetch_sub(1, Relaxed);
+        }
     }
 
     /// The client with this id, if connected.

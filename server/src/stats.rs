@@ -110,6 +110,8 @@ pub struct Stats {
     pub evicted_keys: Counter,
     /// Clients closed to bring client memory under `maxmemory-clients`.
     pub evicted_clients: Counter,
+    /// EVAL-cached scripts dropped to keep at most 500 of them (Redis 7.4).
+    pub evicted_scripts: Counter,
     pub keyspace_hits: Counter,
     pub keyspace_misses: Counter,
     pub total_error_replies: Counter,
@@ -151,6 +153,7 @@ impl Stats {
             &self.expired_keys,
             &self.evicted_keys,
             &self.evicted_clients,
+            &self.evicted_scripts,
             &self.keyspace_hits,
             &self.keyspace_misses,
             &self.total_error_replies,

@@ -597,6 +597,8 @@ struct KillFilter {
     kind: Option<ClientType>,
     addr: Option<Bytes>,
     laddr: Option<Bytes>,
+    /// `MAXAGE`: only connections at least this many seconds old (Redis 7.4).
+    max_age: Option<u64>,
 }
 
 impl KillFilter {
@@ -611,6 +613,7 @@ impl KillFilter {
                 .laddr
                 .as_ref()
                 .is_none_or(|a| c.laddr.to_string().as_bytes() == &a[..])
+            && self.max_age.is_none_or(|age| c.age_secs() >= age)
     }
 }
 
@@ -633,6 +636,14 @@ fn client_kill(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
                     .filter(|&id| id >= 1)
                     .ok_or_else(|| CmdError::err("client-id should be greater than 0"))?;
                 filter.id = Some(id as u64);
+            } else if eq_ic(opt, "MAXAGE") {
+                // Two errors, as 7.4 tells a bad number from one that is not positive.
+                let age = parse_i64_opt(value)
+                    .ok_or_else(|| CmdError::err("maxage is not an integer or out of range"))?;
+                if age <= 0 {
+                    return Err(CmdError::err("maxage should be greater than 0"));
+                }
+                filter.max_age = Some(age as u64);
             } else if eq_ic(opt, "TYPE") {
                 filter.kind = Some(client_type(value)?);
             } else if eq_ic(opt, "ADDR") {
@@ -761,6 +772,8 @@ fn client_help(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
             "      Skip killing current connection (default: yes).",
             "    * ID <client-id>",
             "      Kill connections by client id.",
+            "    * MAXAGE <maxage>",
+            "      Kill connections older than the specified age.",
             "LIST [options ...]",
             "    Return information about client connections. Options:",
             "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",

@@ -41,7 +41,7 @@ const SYNTAX: &[(&str, &str)] = &[
     ("client|info", ""),
     (
         "client|kill",
-        "(filter: ip:port | (new-format: [ID client-id<integer>] | [TYPE normal_master_slave_pubsub: NORMAL | MASTER | SLAVE | REPLICA | PUBSUB] | [USER username] | [ADDR ip:port] | [LADDR ip:port] | [SKIPME yes/no])...)",
+        "(filter: ip:port | (new-format: [ID client-id<integer>] | [TYPE normal_master_slave_pubsub: NORMAL | MASTER | SLAVE | REPLICA | PUBSUB] | [USER username] | [ADDR ip:port] | [LADDR ip:port] | [SKIPME yes/no] | [MAXAGE maxage<integer>])...)",
     ),
     (
         "client|list",

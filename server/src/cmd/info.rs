@@ -1,4 +1,4 @@
-//! INFO: Redis 7.2's sections, field names and order, so tools that scrape it work
+//! INFO: Redis 7.4's sections, field names and order, so tools that scrape it work
 //! unchanged, plus relcache's own `idsets` and `leases` sections.
 //!
 //! What relcache does not have, it reports truthfully rather than inventing: no
@@ -261,9 +261,9 @@ fn info_clients(server: &Server, out: &mut String) {
     field(out, "blocked_clients", server.stats.blocked_clients.get());
     field(out, "tracking_clients", server.db.tracking.clients());
     field(out, "pubsub_clients", server.pubsub.clients());
-    field(out, "watching_clients", 0);
+    field(out, "watching_clients", server.clients.watching());
     field(out, "clients_in_timeout_table", 0);
-    field(out, "total_watched_keys", 0);
+    field(out, "total_watched_keys", server.db.watched_keys());
     field(out, "total_blocking_keys", 0);
     field(out, "total_blocking_keys_on_nokey", 0);
 }
@@ -332,6 +332,8 @@ fn info_memory(server: &Server, out: &mut String) {
     field(out, "mem_cluster_links", 0);
     field(out, "mem_aof_buffer", 0);
     field(out, "mem_allocator", "libc");
+    // Its maps grow all at once, never rehashing step by step as Redis's dicts.
+    field(out, "mem_overhead_db_hashtable_rehashing", 0);
     field(out, "lazyfree_pending_objects", 0);
     field(out, "lazyfreed_objects", 0);
 }
@@ -470,12 +472,15 @@ fn info_stats(server: &Server, out: &mut String) {
     field(out, "sync_full", 0);
     field(out, "sync_partial_ok", 0);
     field(out, "sync_partial_err", 0);
+    // Hash fields' expiries (7.4); relcache has no hashes.
+    field(out, "expired_subkeys", 0);
     field(out, "expired_keys", s.expired_keys.get());
     field(out, "expired_stale_perc", "0.00");
     field(out, "expired_time_cap_reached_count", 0);
     field(out, "expire_cycle_cpu_milliseconds", 0);
     field(out, "evicted_keys", s.evicted_keys.get());
     field(out, "evicted_clients", s.evicted_clients.get());
+    field(out, "evicted_scripts", s.evicted_scripts.get());
     field(out, "total_eviction_exceeded_time", 0);
     field(out, "current_eviction_exceeded_time", 0);
     field(out, "keyspace_hits", s.keyspace_hits.get());

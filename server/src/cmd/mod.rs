@@ -431,14 +431,25 @@ fn execute(
             let e = CmdError::err("Command not allowed inside a transaction");
             return Outcome::Reply(e.to_frame());
         }
-        if !spec.has(spec::NOT_QUEUED) {
+    }
+    if session.multi.is_some() && !spec.has(spec::NOT_QUEUED) {
+        // Redis 7.4 refuses a command to queue under maxmemory only if it may add
+        // data itself (the queue's own growth is held to `client-query-buffer-limit`
+        // instead, see `conn.rs`), so a read-only transaction still runs when
+        // memory is full.
+        if spec.has(spec::DENYOOM) {
+            if let Err(e) = server.make_room(0, true) {
+                return reject(server, session, id, spec, e);
+            }
+        }
+        if let Some(m) = &mut session.multi {
             m.queue(args);
             session
                 .info
                 .multi
                 .store(m.queued.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            return Outcome::Reply(Frame::Simple(Bytes::from_static(b"QUEUED")));
         }
+        return Outcome::Reply(Frame::Simple(Bytes::from_static(b"QUEUED")));
     }
     // Memory is made (or refused) before a command that may add data runs. EXEC
     // adds data when one of its queued commands does, and may bring in their size.
@@ -450,8 +461,8 @@ fn execute(
         None
     };
     if let Err(e) = server.make_room(incoming.unwrap_or(0), incoming.is_some()) {
-        server.cmdstats[id].rejected_calls.incr();
-        return Outcome::Reply(e.to_frame());
+        // An EXEC refused here ends its transaction with EXECABORT, as Redis's.
+        return reject(server, session, id, spec, e);
     }
     run(server, session, id, spec, args, None, resumed)
 }

@@ -28,7 +28,7 @@ use crate::db::{LockMode, View};
 use crate::error::{CmdError, CmdResult};
 use crate::script::convert::Resp;
 use crate::script::runtime::{self, Invocation};
-use crate::script::{Holder, Kill, Running, Script};
+use crate::script::{Holder, Kill, Origin, Running, Script};
 use crate::server::Server;
 use crate::session::Session;
 
@@ -156,7 +156,7 @@ const SCRIPT_SUBCOMMANDS: &[CommandSpec] = &[
 ];
 
 fn eval(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let script = cached(ctx.server, &args[1])?;
+    let script = cached(ctx.server, &args[1], Origin::Eval)?;
     eval_generic(ctx, args, &script, false)
 }
 
@@ -166,7 +166,7 @@ fn evalsha(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 }
 
 fn eval_ro(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let script = cached(ctx.server, &args[1])?;
+    let script = cached(ctx.server, &args[1], Origin::Eval)?;
     eval_generic(ctx, args, &script, true)
 }
 
@@ -176,8 +176,8 @@ fn evalsha_ro(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 }
 
 /// The script with this body, compiled and cached (EVAL caches what it runs, as
-/// Redis does, so EVALSHA finds it afterwards).
-fn cached(server: &Server, body: &Bytes) -> Result<Arc<Script>, CmdError> {
+/// Redis does, so EVALSHA finds it afterwards; see [`Origin`] for how long).
+fn cached(server: &Server, body: &Bytes, origin: Origin) -> Result<Arc<Script>, CmdError> {
     let sha = crate::script::sha1_hex(body);
     if let Some(s) = server.scripts.get(&sha) {
         runtime::compile(&server.scripts, &s).map_err(CmdError::Coded)?;
@@ -185,8 +185,10 @@ fn cached(server: &Server, body: &Bytes) -> Result<Arc<Script>, CmdError> {
     }
     let script = Script::new(body.clone()).map_err(CmdError::Err)?;
     runtime::compile(&server.scripts, &script).map_err(CmdError::Coded)?;
-    let script = Arc::new(script);
-    server.scripts.insert(script.clone());
+    let (script, evicted) = server.scripts.insert(Arc::new(script), origin);
+    if evicted > 0 {
+        server.stats.evicted_scripts.add(evicted);
+    }
     Ok(script)
 }
 
@@ -290,6 +292,7 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[Bytes], script: &Script, ro: bool
     });
     // Only once its locks are gone, so that whoever it wakes finds its shards free.
     drop(registered);
+    server.scripts.touch(&script.sha);
     Ok(reply)
 }
 
@@ -368,7 +371,7 @@ fn call<'a>(
 }
 
 fn script_load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let script = cached(ctx.server, &args[2])?;
+    let script = cached(ctx.server, &args[2], Origin::Load)?;
     Ok(Frame::Bulk(Bytes::from(script.sha.clone())))
 }
 

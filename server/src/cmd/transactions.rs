@@ -150,6 +150,7 @@ fn watch(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             ctx.session.watched.push((k, e));
         }
     }
+    publish_watched(ctx.server, ctx.session);
     Ok(Frame::ok())
 }
 
@@ -166,12 +167,25 @@ pub(super) fn unwatch_all(server: &Server, session: &mut Session) {
         return;
     }
     let keys: Vec<Bytes> = session.watched.drain(..).map(|(k, _)| k).collect();
+    publish_watched(server, session);
     let mut v = server.db.view(&keys, false, LockMode::Write);
     for k in &keys {
         v.unwatch(k, &session.watch_flag);
     }
     drop(v);
     session.watch_flag.store(false, Relaxed);
+}
+
+/// Shows how many keys the session watches to CLIENT LIST (`watch=`) and INFO
+/// (`watching_clients`), which read them from other connections.
+fn publish_watched(server: &Server, session: &Session) {
+    let now = session.watched.len() as u64;
+    let before = session.info.watching.swap(now, Relaxed);
+    match (before, now) {
+        (0, 1..) => server.clients.watching_changed(1),
+        (1.., 0) => server.clients.watching_changed(-1),
+        _ => {}
+    }
 }
 
 /// Releases what a closing connection holds in shared structures.
@@ -214,6 +228,7 @@ fn exec(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     // watchers are removed through this view), and checked under those locks, so
     // no write can land between the check and the commands.
     let watched = std::mem::take(&mut session.watched);
+    publish_watched(server, session);
     keys.extend(watched.iter().map(|(k, _)| &k[..]));
     let mode = if write || !watched.is_empty() {
         LockMode::Write

@@ -30,6 +30,9 @@ pub struct Sweep {
     /// what INFO's `avg_ttl` is estimated from, as Redis does in this cycle.
     pub ttl_sum: u64,
     pub ttl_samples: u64,
+    /// Rounds of sampling that found a live TTL: Redis 7.4 weighs the sweep's
+    /// mean by them.
+    pub ttl_rounds: u32,
 }
 
 /// Runs one sweep with the given time budget.
@@ -57,6 +60,7 @@ pub fn active_expire_cycle(db: &Db, budget: Duration) -> Sweep {
             sweep.saw_volatile = true;
             let now = now_ms();
             let mut expired = Vec::new();
+            let samples_before = sweep.ttl_samples;
             for _ in 0..SAMPLE.min(vol) {
                 let i = rng.gen_range(0..vol);
                 let Some(key) = map.volatile_key(i) else {
@@ -71,6 +75,9 @@ pub fn active_expire_cycle(db: &Db, budget: Duration) -> Sweep {
                         }
                     }
                 }
+            }
+            if sweep.ttl_samples > samples_before {
+                sweep.ttl_rounds += 1;
             }
             expired.sort_unstable();
             expired.dedup();

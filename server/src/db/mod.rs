@@ -61,6 +61,9 @@ pub struct Db {
     pub dirty: crate::stats::Counter,
     /// Client-side caching: the tracking table and where invalidations go.
     pub tracking: track::Tracking,
+    /// Keys at least one client WATCHes (INFO `total_watched_keys`), kept by
+    /// [`View::watch`] and [`View::unwatch`] under the key's shard lock.
+    pub(crate) watched_keys: AtomicUsize,
 }
 
 impl Default for Db {
@@ -91,6 +94,7 @@ impl Db {
             lease_tokens: lease::Tokens::new(now_ms()),
             dirty: crate::stats::Counter::default(),
             tracking: track::Tracking::default(),
+            watched_keys: AtomicUsize::new(0),
         }
     }
 
@@ -106,6 +110,11 @@ impl Db {
     /// Number of keys (expired-but-not-yet-reclaimed included, as in Redis).
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.len.load(Relaxed)).sum()
+    }
+
+    /// Keys at least one client WATCHes.
+    pub fn watched_keys(&self) -> usize {
+        self.watched_keys.load(Relaxed)
     }
 
     pub fn is_empty(&self) -> bool {

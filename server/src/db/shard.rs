@@ -161,22 +161,27 @@ impl ShardMap {
         self.map.iter()
     }
 
-    /// Registers `flag` to be raised when `key` changes.
-    pub fn watch(&mut self, key: &[u8], flag: &WatchFlag) {
+    /// Registers `flag` to be raised when `key` changes; true if nobody watched
+    /// `key` before (INFO's `total_watched_keys` counts such keys).
+    pub fn watch(&mut self, key: &[u8], flag: &WatchFlag) -> bool {
         let list = self.watched.entry(Bytes::copy_from_slice(key)).or_default();
+        let first = list.is_empty();
         if !list.iter().any(|f| Arc::ptr_eq(f, flag)) {
             list.push(flag.clone());
         }
+        first
     }
 
-    /// Forgets `flag` for `key`.
-    pub fn unwatch(&mut self, key: &[u8], flag: &WatchFlag) {
+    /// Forgets `flag` for `key`; true if that was `key`'s last watcher.
+    pub fn unwatch(&mut self, key: &[u8], flag: &WatchFlag) -> bool {
         if let Some(list) = self.watched.get_mut(key) {
             list.retain(|f| !Arc::ptr_eq(f, flag));
             if list.is_empty() {
                 self.watched.remove(key);
+                return true;
             }
         }
+        false
     }
 
     fn touch_watched(&self, key: &[u8]) {

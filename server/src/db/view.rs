@@ -336,12 +336,16 @@ impl<'a> View<'a> {
 
     /// Registers a WATCH of `key` (needs a write-locked view).
     pub fn watch(&mut self, key: &[u8], flag: &super::WatchFlag) {
-        self.shard_mut(key).0.watch(key, flag);
+        if self.shard_mut(key).0.watch(key, flag) {
+            self.db.watched_keys.fetch_add(1, Relaxed);
+        }
     }
 
     /// Drops a WATCH of `key`.
     pub fn unwatch(&mut self, key: &[u8], flag: &super::WatchFlag) {
-        self.shard_mut(key).0.unwatch(key, flag);
+        if self.shard_mut(key).0.unwatch(key, flag) {
+            self.db.watched_keys.fetch_sub(1, Relaxed);
+        }
     }
 }
 

@@ -113,20 +113,24 @@ impl Rates {
         self.mean(Metric::Output) as f64 / 1024.0
     }
 
-    /// Folds one expiry cycle's sample of TTLs into the estimate, as Redis does:
-    /// `sampled` is `None` when there were no volatile keys (the estimate drops
-    /// to 0), otherwise the sampled keys' TTL sum and count.
-    pub fn note_ttls(&self, sampled: Option<(u64, u64)>) {
+    /// Folds one expiry cycle's sample of TTLs into the estimate, as Redis 7.4
+    /// does: `sampled` is `None` when there were no volatile keys (the estimate
+    /// drops to 0), otherwise the sampled keys' TTL sum and count and how many
+    /// rounds of sampling found any. The cycle's mean replaces 2% of the estimate
+    /// per such round (0.98^rounds of the old one is kept), so a cycle that
+    /// sampled the whole keyspace all but sets it, where 7.2 gave any cycle 2%.
+    pub fn note_ttls(&self, sampled: Option<(u64, u64, u32)>) {
         match sampled {
             None => self.avg_ttl_ms.store(0, Relaxed),
-            Some((_, 0)) => {}
-            Some((sum, n)) => {
+            Some((_, 0, _)) => {}
+            Some((sum, n, rounds)) => {
                 let avg = sum / n;
                 let old = self.avg_ttl_ms.load(Relaxed);
                 let new = if old == 0 {
                     avg
                 } else {
-                    (old / 50) * 49 + avg / 50
+                    let kept = 0.98f64.powi(rounds.max(1) as i32);
+                    (avg as f64 + (old as f64 - avg as f64) * kept) as u64
                 };
                 self.avg_ttl_ms.store(new, Relaxed);
             }
@@ -162,10 +166,15 @@ mod tests {
     #[test]
     fn avg_ttl_follows_redis_smoothing() {
         let r = Rates::default();
-        r.note_ttls(Some((10_000, 10)));
+        r.note_ttls(Some((10_000, 10, 1)));
         assert_eq!(r.avg_ttl_ms(), 1000);
-        r.note_ttls(Some((6_000, 2)));
-        assert_eq!(r.avg_ttl_ms(), 20 * 49 + 60);
+        // One round: 2% of the new mean.
+        r.note_ttls(Some((6_000, 2, 1)));
+        assert_eq!(r.avg_ttl_ms(), 1040);
+        // Many rounds (a sweep of many shards): the new mean all but replaces it.
+        r.note_ttls(Some((10_000, 2, 256)));
+        let avg = r.avg_ttl_ms();
+        assert!((4_970..5_000).contains(&avg), "{avg}");
         r.note_ttls(None);
         assert_eq!(r.avg_ttl_ms(), 0);
     }

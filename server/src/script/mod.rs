@@ -17,13 +17,13 @@ mod libs;
 pub mod runtime;
 mod sandbox;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
 /// A script's shebang flags (`#!lua flags=no-writes,allow-oom`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -156,9 +156,44 @@ pub enum Kill {
     Unkillable,
 }
 
+/// How many EVAL-cached scripts are kept: Redis 7.4's `LRU_LIST_LENGTH`.
+pub const EVAL_CACHE_MAX: usize = 500;
+
+/// How a script came into the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// SCRIPT LOAD: kept until SCRIPT FLUSH, so a client that loaded it can
+    /// count on EVALSHA finding it.
+    Load,
+    /// EVAL: one of at most [`EVAL_CACHE_MAX`], the least recently run evicted
+    /// first (Redis 7.4), so a client that builds a new script body for every
+    /// call cannot grow the cache without bound.
+    Eval,
+}
+
+/// The cached scripts, and the run order of those EVAL cached.
+#[derive(Default)]
+struct Cache {
+    /// Each script, with its place in `lru` if it is evictable.
+    map: HashMap<String, (Arc<Script>, Option<u64>)>,
+    /// EVAL-cached scripts by last run, oldest first: a tick-ordered map, so a
+    /// script moves to the end in O(log n) each time it runs.
+    lru: BTreeMap<u64, String>,
+    tick: u64,
+}
+
+impl Cache {
+    fn next_tick(&mut self) -> u64 {
+        self.tick += 1;
+        self.tick
+    }
+}
+
 /// The script cache and the running scripts, shared by every connection.
 pub struct Scripts {
-    cache: RwLock<HashMap<String, Arc<Script>>>,
+    /// One lock for the map and the LRU order, held only to look up, insert or
+    /// move one script: they must change together.
+    cache: Mutex<Cache>,
     /// Raised by SCRIPT FLUSH: each thread's runtime drops what it compiled.
     generation: AtomicU64,
     running: Mutex<Vec<Arc<Running>>>,
@@ -171,7 +206,7 @@ pub struct Scripts {
 impl Default for Scripts {
     fn default() -> Self {
         Scripts {
-            cache: RwLock::default(),
+            cache: Mutex::default(),
             generation: AtomicU64::new(0),
             running: Mutex::default(),
             active: AtomicUsize::new(0),
@@ -182,23 +217,66 @@ impl Default for Scripts {
 
 impl Scripts {
     pub fn get(&self, sha: &str) -> Option<Arc<Script>> {
-        self.cache.read().get(sha).cloned()
+        self.cache.lock().map.get(sha).map(|(s, _)| s.clone())
     }
 
-    pub fn insert(&self, script: Arc<Script>) {
-        self.cache
-            .write()
-            .entry(script.sha.clone())
-            .or_insert(script);
+    /// Caches `script` unless one with its SHA1 is there already (which then
+    /// keeps its origin, as in Redis). Caching one more EVAL script when
+    /// [`EVAL_CACHE_MAX`] are cached evicts the least recently run first; returns
+    /// the cached script and how many were evicted (INFO `evicted_scripts`).
+    pub fn insert(&self, script: Arc<Script>, origin: Origin) -> (Arc<Script>, u64) {
+        let mut cache = self.cache.lock();
+        if let Some((found, _)) = cache.map.get(&script.sha) {
+            return (found.clone(), 0);
+        }
+        let mut evicted = 0;
+        let tick = match origin {
+            Origin::Load => None,
+            Origin::Eval => {
+                while cache.lru.len() >= EVAL_CACHE_MAX {
+                    let Some((_, oldest)) = cache.lru.pop_first() else {
+                        break;
+                    };
+                    cache.map.remove(&oldest);
+                    evicted += 1;
+                }
+                let tick = cache.next_tick();
+                cache.lru.insert(tick, script.sha.clone());
+                Some(tick)
+            }
+        };
+        cache.map.insert(script.sha.clone(), (script.clone(), tick));
+        (script, evicted)
+    }
+
+    /// `sha` has just run (EVAL or EVALSHA): an EVAL-cached script becomes the
+    /// last to be evicted.
+    pub fn touch(&self, sha: &str) {
+        let mut cache = self.cache.lock();
+        let Some(&(_, Some(old))) = cache.map.get(sha) else {
+            return;
+        };
+        let tick = cache.next_tick();
+        if let Some(name) = cache.lru.remove(&old) {
+            cache.lru.insert(tick, name);
+        }
+        if let Some(entry) = cache.map.get_mut(sha) {
+            entry.1 = Some(tick);
+        }
     }
 
     pub fn contains(&self, sha: &str) -> bool {
-        self.cache.read().contains_key(sha)
+        self.cache.lock().map.contains_key(sha)
+    }
+
+    /// How many scripts are cached.
+    pub fn count(&self) -> usize {
+        self.cache.lock().map.len()
     }
 
     /// SCRIPT FLUSH: forgets every script, here and in every thread's runtime.
     pub fn flush(&self) {
-        self.cache.write().clear();
+        *self.cache.lock() = Cache::default();
         self.generation.fetch_add(1, Relaxed);
     }
 
@@ -349,6 +427,39 @@ mod tests {
             "Unexpected engine in script shebang: #!foo"
         );
         assert_eq!(parse_shebang(b"return 1"), Ok(Flags::default()));
+    }
+
+    fn script(body: String) -> Arc<Script> {
+        Arc::new(Script::new(Bytes::from(body)).unwrap())
+    }
+
+    #[test]
+    fn eval_scripts_are_evicted_least_recently_run_first_and_loaded_ones_never() {
+        let s = Scripts::default();
+        let loaded = script("return 'loaded'".into());
+        assert_eq!(s.insert(loaded.clone(), Origin::Load).1, 0);
+        let first = script("return 0".into());
+        s.insert(first.clone(), Origin::Eval);
+        for i in 1..EVAL_CACHE_MAX {
+            assert_eq!(s.insert(script(format!("return {i}")), Origin::Eval).1, 0);
+        }
+        // Run the oldest again: the next insert evicts `return 1` instead.
+        s.touch(&first.sha);
+        let (_, evicted) = s.insert(script("return 'new'".into()), Origin::Eval);
+        assert_eq!(evicted, 1);
+        assert!(s.contains(&first.sha));
+        assert!(!s.contains(&script("return 1".into()).sha));
+        assert!(s.contains(&loaded.sha), "SCRIPT LOAD's are never evicted");
+        assert_eq!(s.count(), EVAL_CACHE_MAX + 1);
+        // Caching what is there already keeps its origin and evicts nothing.
+        assert_eq!(s.insert(loaded.clone(), Origin::Eval).1, 0);
+        for i in 0..EVAL_CACHE_MAX {
+            s.insert(script(format!("return {i} + 1")), Origin::Eval);
+        }
+        assert!(s.contains(&loaded.sha));
+        assert_eq!(s.count(), EVAL_CACHE_MAX + 1);
+        s.flush();
+        assert_eq!(s.count(), 0);
     }
 
     #[test]

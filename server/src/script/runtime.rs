@@ -43,6 +43,10 @@ struct Runtime {
     functions: HashMap<String, Function>,
 }
 
+/// How many compiled functions a thread may hold beyond the scripts cached before
+/// it drops those no longer cached.
+const COMPILED_SLACK: usize = 500;
+
 thread_local! {
     static RUNTIME: RefCell<Option<Runtime>> = const { RefCell::new(None) };
 }
@@ -70,7 +74,7 @@ fn with_runtime<R>(
 }
 
 impl Runtime {
-    fn function(&mut self, script: &Script) -> Result<Function, String> {
+    fn function(&mut self, scripts: &Scripts, script: &Script) -> Result<Function, String> {
         if let Some(f) = self.functions.get(&script.sha) {
             return Ok(f.clone());
         }
@@ -99,6 +103,12 @@ impl Runtime {
                 };
                 format!("ERR Error compiling script (new function): {msg}")
             })?;
+        // What the shared cache evicted (EVAL's LRU) is dropped here too, now
+        // and then rather than on each eviction, which happens on another thread:
+        // so this thread holds at most the cache plus the slack.
+        if self.functions.len() >= scripts.count() + COMPILED_SLACK {
+            self.functions.retain(|sha, _| scripts.contains(sha));
+        }
         self.functions.insert(script.sha.clone(), f.clone());
         Ok(f)
     }
@@ -107,13 +117,13 @@ impl Runtime {
 /// Compiles `script` on this thread (SCRIPT LOAD and EVAL check it before caching
 /// it); the error is Redis's reply text.
 pub fn compile(scripts: &Scripts, script: &Script) -> Result<(), String> {
-    with_runtime(scripts, |rt| rt.function(script).map(drop))
+    with_runtime(scripts, |rt| rt.function(scripts, script).map(drop))
 }
 
 /// Runs a script to its reply.
 pub fn run(scripts: &Scripts, inv: Invocation<'_>, dispatch: &mut Dispatch<'_>) -> Frame {
     with_runtime(scripts, |rt| {
-        let f = rt.function(inv.script)?;
+        let f = rt.function(scripts, inv.script)?;
         run_in(&rt.state, f, &inv, dispatch).map_err(|e| format!("ERR {e}"))
     })
     .unwrap_or_else(Frame::error)
@@ -140,7 +150,7 @@ fn run_in(
             let dispatch = &dispatch;
             let f = scope.create_function(move |lua, args: MultiValue| {
                 let resp = resp_of(private);
-                let frame = match command_args(lua, args) {
+                let frame = match command_args(args) {
                     Ok(args) => (*dispatch.borrow_mut())(&args, resp),
                     Err(text) => Frame::error(text),
                 };
@@ -186,21 +196,75 @@ fn resp_of(private: &Table) -> Resp {
 }
 
 /// `redis.call`'s arguments as a command: strings, or numbers as Lua prints them.
-fn command_args(lua: &Lua, args: MultiValue) -> Result<Vec<Bytes>, String> {
+fn command_args(args: MultiValue) -> Result<Vec<Bytes>, String> {
     if args.is_empty() {
         return Err("ERR Please specify at least one argument for this redis lib call".into());
     }
     args.into_iter()
         .map(|v| match v {
             Value::String(s) => Ok(Bytes::copy_from_slice(&s.as_bytes())),
-            v @ (Value::Integer(_) | Value::Number(_)) => match lua.coerce_string(v) {
-                Ok(Some(s)) => Ok(Bytes::copy_from_slice(&s.as_bytes())),
-                _ => Err(String::new()),
-            },
+            Value::Integer(n) => Ok(Bytes::from(number_arg(n as f64))),
+            Value::Number(n) => Ok(Bytes::from(number_arg(n))),
             _ => Err(String::new()),
         })
         .collect::<Result<_, _>>()
         .map_err(|_| "ERR Lua redis lib command arguments must be strings or integers".into())
+}
+
+/// A Lua number as a command argument, as Redis 7.4 writes it: an integral value
+/// that fits comfortably in an i64 as an integer (so `redis.call('incrby', k,
+/// 1e9)` gets `1000000000`, not `1e+09`), anything else as the shortest text that
+/// reads back as the same double, in `fpconv_dtoa`'s layout.
+fn number_arg(d: f64) -> String {
+    const HALF: f64 = (i64::MAX / 2) as f64;
+    if (-HALF..=HALF).contains(&d) && d == (d as i64) as f64 {
+        return (d as i64).to_string();
+    }
+    if !d.is_finite() {
+        return if d.is_nan() {
+            "nan"
+        } else if d > 0.0 {
+            "inf"
+        } else {
+            "-inf"
+        }
+        .into();
+    }
+    // Shortest round-trip digits and their decimal exponent, from ryu's text.
+    let text = ryu::Buffer::new().format_finite(d.abs()).to_string();
+    let (mantissa, exp10) = match text.split_once('e') {
+        Some((m, e)) => (m.to_string(), e.parse::<i32>().unwrap_or(0)),
+        None => (text.clone(), 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((&mantissa, ""));
+    let frac = frac.trim_end_matches('0');
+    let all = format!("{int}{frac}");
+    let lead = all.len() - all.trim_start_matches('0').len();
+    let digits = all.trim_start_matches('0');
+    // The value is 0.`digits` × 10^point.
+    let point = int.len() as i32 - lead as i32 + exp10;
+    let n = digits.len() as i32;
+    // `K` as fpconv has it: the value is digits × 10^K.
+    let k = point - n;
+    let exp = (k + n - 1).abs();
+    let sign = if d < 0.0 { "-" } else { "" };
+    if k >= 0 && exp < n + 7 {
+        return format!("{sign}{digits}{}", "0".repeat(k as usize));
+    }
+    if k < 0 && (k > -7 || exp < 4) {
+        let offset = n + k;
+        return if offset <= 0 {
+            format!("{sign}0.{}{digits}", "0".repeat((-offset) as usize))
+        } else {
+            let (a, b) = digits.split_at(offset as usize);
+            format!("{sign}{a}.{b}")
+        };
+    }
+    let digits = &digits[..digits.len().min(18 - usize::from(d < 0.0))];
+    let (first, rest) = digits.split_at(1);
+    let dot = if rest.is_empty() { "" } else { "." };
+    let esign = if k + n - 1 < 0 { '-' } else { '+' };
+    format!("{sign}{first}{dot}{rest}e{esign}{exp}")
 }
 
 /// The message handler: any error becomes `{err=…, source=…, line=…}`, the line
@@ -250,5 +314,31 @@ fn script_error(err: &Value, sha: &str, killed: bool) -> Frame {
     match (t.raw_get::<String>("source"), t.raw_get::<i64>("line")) {
         (Ok(source), Ok(line)) => Frame::error(format!("{msg} script: {sha}, on {source}:{line}.")),
         _ => Frame::error(format!("{msg} script: {sha}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::number_arg;
+
+    #[test]
+    fn numbers_become_arguments_as_redis_7_4_writes_them() {
+        // Integral values as integers (7.2 sent `1e+09`, which INCRBY refuses).
+        assert_eq!(number_arg(1e9), "1000000000");
+        assert_eq!(number_arg(200000000.0), "200000000");
+        assert_eq!(number_arg(-3.0), "-3");
+        assert_eq!(number_arg(123456789012345.0), "123456789012345");
+        // Others as fpconv_dtoa's shortest text.
+        assert_eq!(number_arg(0.1), "0.1");
+        assert_eq!(number_arg(1.5), "1.5");
+        assert_eq!(number_arg(-2.25), "-2.25");
+        assert_eq!(number_arg(1.0 / 3.0), "0.3333333333333333");
+        assert_eq!(number_arg(0.000001), "0.000001");
+        assert_eq!(number_arg(1e-7), "1e-7");
+        assert_eq!(number_arg(1.5e-10), "1.5e-10");
+        assert_eq!(number_arg(1e20), "1e+20");
+        assert_eq!(number_arg(1e300), "1e+300");
+        assert_eq!(number_arg(-1.25e100), "-1.25e+100");
+        assert_eq!(number_arg(f64::INFINITY), "inf");
     }
 }

@@ -1,9 +1,10 @@
 //! The Lua state a script runs in, shut in as Redis 7 shuts it in.
 //!
 //! Only the base library (less `dofile`, `loadfile`, `print`, `setfenv`, `getfenv`,
-//! `newproxy`, `module`, `require`), `table`, `string`, `math`, `coroutine`, and
-//! Redis's `redis`, `cjson` and `bit`: no `io`, `os`, `package` or `debug`, so no
-//! file, process or network access. Redis 7 patches Lua to make tables read-only;
+//! `newproxy`, `module`, `require`), `table`, `string`, `math`, `coroutine`,
+//! Redis's `redis`, `cjson` and `bit`, and of `os` only `os.clock` (as Redis 7.4):
+//! no `io`, `package`, `debug` or the rest of `os`, so no file, process or network
+//! access. Redis 7 patches Lua to make tables read-only;
 //! stock Lua 5.1 cannot, so the same effect comes from proxies: the global table
 //! is empty and reads through to a hidden one, and every library table is a proxy
 //! over the real one, so any assignment (a new global, `string.x = …`,
@@ -19,7 +20,7 @@ use super::{interrupt, libs};
 /// the `cjson` and `bit` tables, and the function that turns a failed
 /// `redis.call` caught by `pcall` into its error text (as Redis 7 hands it).
 const PRELUDE: &str = r#"
-local redis, private, cjson, bit, error_text, killed = ...
+local redis, private, cjson, bit, error_text, killed, os = ...
 local pairs, ipairs, error, type, tostring = pairs, ipairs, error, type, tostring
 local pcall, xpcall, loadstring, load = pcall, xpcall, loadstring, load
 local concat = table.concat
@@ -106,6 +107,7 @@ redis.set_repl = function() end
 hidden.redis = protect(redis)
 hidden.cjson = protect(cjson)
 hidden.bit = protect(bit)
+hidden.os = protect(os)
 for _, name in ipairs({'string', 'table', 'math', 'coroutine'}) do
   hidden[name] = protect(hidden[name])
 end
@@ -174,6 +176,7 @@ pub(super) fn new_state() -> mlua::Result<State> {
             })
         })?,
         lua.create_function(|_, ()| Ok(interrupt::killed()))?,
+        os_table(&lua)?,
     ))?;
     interrupt::install(&lua)?;
     Ok(State {
@@ -183,6 +186,29 @@ pub(super) fn new_state() -> mlua::Result<State> {
         private,
         xpcall,
     })
+}
+
+/// Redis 7.4's `os`: `clock` alone. Redis answers the process's CPU time; a
+/// script here runs on one worker thread while others serve other clients, so
+/// `os.clock()` is that thread's CPU time, in seconds, which is what a script
+/// timing itself wants to see.
+fn os_table(lua: &Lua) -> mlua::Result<Table> {
+    let os = lua.create_table()?;
+    os.raw_set("clock", lua.create_function(|_, ()| Ok(thread_cpu_secs()))?)?;
+    Ok(os)
+}
+
+fn thread_cpu_secs() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
 
 /// The error `redis.call` raises for a failed command: its reply's text. Raised
@@ -221,7 +247,7 @@ pub(super) fn error_table(lua: &Lua, e: Value) -> mlua::Result<Value> {
     Ok(e)
 }
 
-/// `7.2.4` as Redis's `0x070204`.
+/// `7.4.0` as Redis's `0x070400`.
 fn version_num(v: &str) -> i64 {
     v.split('.')
         .take(3)
@@ -254,7 +280,7 @@ fn log(lua: &Lua, args: mlua::MultiValue) -> mlua::Result<()> {
         1 => tracing::info!(target: "script", "{msg}"),
         2 => tracing::info!(target: "script", "{msg}"),
         3 => tracing::warn!(target: "script", "{msg}"),
-        _ => return Err(mlua::Error::runtime("Invalid debug level.")),
+        _ => return Err(mlua::Error::runtime("Invalid log level.")),
     }
     Ok(())
 }
@@ -271,7 +297,7 @@ mod tests {
     fn dangerous_libraries_are_absent_and_globals_protected() {
         let s = new_state().unwrap();
         for name in [
-            "os", "io", "require", "dofile", "loadfile", "debug", "package", "print",
+            "io", "require", "dofile", "loadfile", "debug", "package", "print",
         ] {
             let e = eval(&s, &format!("return {name}")).unwrap_err().to_string();
             assert!(
@@ -299,6 +325,21 @@ mod tests {
             );
         }
         assert!(eval(&s, "local t = {} t.x = 1 return t.x").is_ok());
+        // Of `os`, Redis 7.4 exposes `clock` alone, read-only.
+        for name in [
+            "execute", "exit", "getenv", "remove", "rename", "time", "date",
+        ] {
+            let v = eval(&s, &format!("return os.{name}")).unwrap();
+            assert!(matches!(v, Value::Nil), "os.{name} is reachable");
+        }
+        let e = eval(&s, "os.clock = nil").unwrap_err().to_string();
+        assert!(e.contains("Attempt to modify a readonly table"), "{e}");
+        let spin = "local t0 = os.clock() local x = 0 \
+                    for i = 1, 3000000 do x = x + i end return os.clock() - t0";
+        let Value::Number(spent) = eval(&s, spin).unwrap() else {
+            panic!("os.clock() is not a number");
+        };
+        assert!(spent > 0.0 && spent < 60.0, "{spent}");
         assert_eq!(version_num("7.0.15"), 0x07000f);
     }
 }
