@@ -71,6 +71,9 @@ pub async fn serve(server: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>
         Closed::Limit(why) => tracing::warn!(client = info.id, addr = %info.addr, "{why}"),
     }
     blocking::set_blocked(&server, &info, false);
+    // Closing from here on: whoever redirects invalidations to this connection
+    // learns the redirect is broken once its queue goes, below.
+    info.kill.cancel();
     crate::tracking::disable(&server, &mut session);
     pubsub::leave(&server, &mut session);
     if session.watched.is_empty() || !server.scripts.any_running() {

@@ -63,10 +63,19 @@ pub struct Subscriber {
     /// When its pending output went over the soft limit, in milliseconds since the
     /// client connected, plus one (0: not over).
     over_soft_since: AtomicU64,
-    /// Messages that go out after the reply of the command now running: tracking
-    /// tells a client of a change its own command made after that command's
-    /// reply, as Redis 7.2 does.
-    after_reply: parking_lot::Mutex<Vec<Bytes>>,
+    /// Tracking's invalidations held back while the client's command runs.
+    held: parking_lot::Mutex<Held>,
+}
+
+/// While a tracking client's command runs (parked included), its invalidations
+/// wait for the command's reply. A read registers its keys before its reply is
+/// written: an invalidation sent in between and written first would reach the
+/// client before the value it invalidates, which the client would then keep.
+/// Its own changes reach it after its reply too, as in Redis 7.2.
+#[derive(Default)]
+struct Held {
+    running: bool,
+    messages: Vec<Bytes>,
 }
 
 impl Subscriber {
@@ -75,30 +84,47 @@ impl Subscriber {
     }
 
     /// Queues a message outside any channel (client-side caching's
-    /// invalidations), held to the limit of the client's class.
+    /// invalidations), held to the limit of the client's class; while the
+    /// client's own command runs it waits for that command's reply ([`Held`]).
     pub fn push(&self, server: &Server, msg: Bytes) {
         let limit = if self.info.is_pubsub() {
             server.config.pubsub_output_limit()
         } else {
             server.config.output_limit()
         };
+        let mut held = self.held.lock();
+        if held.running {
+            if self.admit(server, limit, msg.len()) {
+                self.queued.fetch_add(msg.len(), Relaxed);
+                held.messages.push(msg);
+            }
+            return;
+        }
+        drop(held);
         self.send(server, limit, msg);
-    }
-
-    /// Holds a message until the reply of the command now running is written
-    /// ([`after_reply`]): only the client's own command may call it.
-    pub fn push_after_reply(&self, msg: Bytes) {
-        self.after_reply.lock().push(msg);
     }
 
     /// Queues one encoded message, unless that takes the client past its limit,
     /// in which case the client is closed instead.
     fn send(&self, server: &Server, limit: OutputLimit, msg: Bytes) {
-        if self.info.kill.is_cancelled() {
+        if !self.admit(server, limit, msg.len()) {
             return;
         }
+        self.queued.fetch_add(msg.len(), Relaxed);
+        if self.tx.send(msg).is_err() {
+            // The connection is gone and is leaving the registry.
+            self.queued.store(0, Relaxed);
+        }
+    }
+
+    /// Whether `len` more bytes keep the client within `limit`; if not, the
+    /// client is closed.
+    fn admit(&self, server: &Server, limit: OutputLimit, len: usize) -> bool {
+        if self.info.kill.is_cancelled() {
+            return false;
+        }
         let pending =
-            (self.queued.load(Relaxed) + msg.len()) as u64 + self.info.mem.output_len.load(Relaxed);
+            (self.queued.load(Relaxed) + len) as u64 + self.info.mem.output_len.load(Relaxed);
         if over_limit(limit, pending, &self.info, &self.over_soft_since) {
             tracing::warn!(
                 client = self.info.id,
@@ -110,13 +136,9 @@ impl Subscriber {
                 .client_output_buffer_limit_disconnections
                 .incr();
             self.info.kill.cancel();
-            return;
+            return false;
         }
-        self.queued.fetch_add(msg.len(), Relaxed);
-        if self.tx.send(msg).is_err() {
-            // The connection is gone and is leaving the registry.
-            self.queued.store(0, Relaxed);
-        }
+        true
     }
 }
 
@@ -251,7 +273,7 @@ pub fn endpoint<'s>(server: &Server, session: &'s mut Session) -> &'s mut Subscr
             tx,
             queued: AtomicUsize::new(0),
             over_soft_since: AtomicU64::new(0),
-            after_reply: parking_lot::Mutex::new(Vec::new()),
+            held: parking_lot::Mutex::default(),
         });
         server
             .pubsub
@@ -484,13 +506,25 @@ pub fn deliver(msg: Option<Bytes>, session: &mut Session, out: &mut BytesMut) {
     drain(session, out);
 }
 
-/// Writes what had to wait for the reply just written ([`Subscriber::push_after_reply`]).
+/// A tracking client's command starts: invalidations wait for its reply.
+pub fn command_starts(session: &Session) {
+    if let Some(sub) = &session.pubsub {
+        sub.me.held.lock().running = true;
+    }
+}
+
+/// The command's reply is written: what waited for it follows it.
 pub fn after_reply(session: &mut Session, out: &mut BytesMut) {
     let Some(sub) = session.pubsub.as_mut() else {
         return;
     };
-    let held = std::mem::take(&mut *sub.me.after_reply.lock());
-    for msg in held {
+    let messages = {
+        let mut held = sub.me.held.lock();
+        held.running = false;
+        std::mem::take(&mut held.messages)
+    };
+    for msg in messages {
+        sub.me.queued.fetch_sub(msg.len(), Relaxed);
         out.extend_from_slice(&msg);
     }
 }

@@ -9,8 +9,11 @@
 //! client is sent `invalidate` pushes on its own connection; a client that
 //! redirects (`REDIRECT id`) has them sent to that connection instead — as
 //! pushes if it speaks RESP3, or as messages on `__redis__:invalidate` if it is
-//! a subscribed RESP2 client, as Redis does. A change a client's own command
-//! makes reaches it after that command's reply (Redis 7.2's order).
+//! a subscribed RESP2 client, as Redis does. While a client's command runs,
+//! invalidations for it wait for the command's reply (`pubsub::Held`): the
+//! value a read returns is never preceded by the message that invalidates it,
+//! and a change a client's own command makes reaches it after that command's
+//! reply (Redis 7.2's order).
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Weak};
@@ -138,13 +141,13 @@ impl Invalidate for Sink {
             return;
         };
         let reg = &server.tracking;
-        let mut msg = Message::Keys(key);
+        let msg = Message::Keys(key);
         if !readers.is_empty() {
             let trackers = reg.trackers.read();
             for id in readers {
                 match trackers.get(id) {
                     Some(t) if !t.bcast && t.hears_of(writer) => {
-                        send(&server, t, &mut msg, writer);
+                        send(&server, t, &msg);
                     }
                     _ => {}
                 }
@@ -153,18 +156,18 @@ impl Invalidate for Sink {
         let prefixes = reg.prefixes.read();
         for (prefix, t) in prefixes.iter() {
             if key.starts_with(prefix) && t.hears_of(writer) {
-                send(&server, t, &mut msg, writer);
+                send(&server, t, &msg);
             }
         }
     }
 
-    fn flush(&self, writer: ClientId) {
+    fn flush(&self) {
         let Some(server) = self.0.upgrade() else {
             return;
         };
         let trackers = server.tracking.trackers.read();
         for t in trackers.values() {
-            send(&server, t, &mut Message::Flush, writer);
+            send(&server, t, &Message::Flush);
         }
     }
 }
@@ -186,24 +189,25 @@ impl Message<'_> {
 
 /// Sends one invalidation for tracker `t`, to its own connection or to the one
 /// it redirects to.
-fn send(server: &Server, t: &Tracker, msg: &mut Message<'_>, writer: ClientId) {
+fn send(server: &Server, t: &Tracker, msg: &Message<'_>) {
     if t.redirect == 0 {
         // A RESP2 connection cannot take a message between replies: without a
         // redirect it is told nothing, as in Redis.
         if t.info.proto.load(Relaxed) < 3 {
             return;
         }
-        let bytes = encode(Protocol::Resp3, invalidate(msg));
-        if t.info.id == writer {
-            t.queue.push_after_reply(bytes);
-        } else {
-            t.queue.push(server, bytes);
-        }
+        t.queue
+            .push(server, encode(Protocol::Resp3, invalidate(msg)));
         return;
     }
     let Some(target) = server.pubsub.endpoint(t.redirect) else {
-        if server.clients.get(t.redirect as i64).is_none() {
-            broken_redirect(server, t, writer);
+        // A connection that is closing has let go of its queue already.
+        let gone = server
+            .clients
+            .get(t.redirect as i64)
+            .is_none_or(|c| c.kill.is_cancelled());
+        if gone {
+            broken_redirect(server, t);
         }
         // Connected but neither RESP3 nor ever subscribed: nothing can be sent.
         return;
@@ -235,7 +239,7 @@ fn invalidate(msg: &Message<'_>) -> Frame {
 
 /// The client `t` redirects to is gone: `t` is flagged (CLIENT LIST `R`,
 /// TRACKINGINFO `broken_redirect`) and, in RESP3, told.
-fn broken_redirect(server: &Server, t: &Tracker, writer: ClientId) {
+fn broken_redirect(server: &Server, t: &Tracker) {
     t.info.tracking.fetch_or(FLAG_BROKEN_REDIRECT, Relaxed);
     if t.info.proto.load(Relaxed) < 3 {
         return;
@@ -247,11 +251,7 @@ fn broken_redirect(server: &Server, t: &Tracker, writer: ClientId) {
             Frame::Integer(t.redirect as i64),
         ]),
     );
-    if t.info.id == writer {
-        t.queue.push_after_reply(bytes);
-    } else {
-        t.queue.push(server, bytes);
-    }
+    t.queue.push(server, bytes);
 }
 
 fn encode(proto: Protocol, frame: Frame) -> Bytes {
@@ -264,16 +264,12 @@ fn encode(proto: Protocol, frame: Frame) -> Bytes {
 /// given again are added to those it has, as in Redis). The options are
 /// checked by the caller.
 pub fn enable(server: &Server, session: &mut Session, opts: Options) {
-    let mut prefixes = match session.tracking.take() {
-        Some(old) => {
-            unregister(server, &old);
-            if opts.bcast {
-                old.prefixes
-            } else {
-                Vec::new()
-            }
-        }
-        None => Vec::new(),
+    let old = session.tracking.take();
+    // BCAST cannot be switched while tracking is on (checked by the caller), so
+    // old prefixes are BCAST prefixes to keep.
+    let mut prefixes = match &old {
+        Some(old) if opts.bcast => old.prefixes.clone(),
+        _ => Vec::new(),
     };
     if opts.bcast {
         let wanted = if opts.prefixes.is_empty() {
@@ -288,6 +284,7 @@ pub fn enable(server: &Server, session: &mut Session, opts: Options) {
         }
     }
     let queue = crate::pubsub::endpoint(server, session).me().clone();
+    let id = session.info.id;
     let tracker = Arc::new(Tracker {
         info: session.info.clone(),
         queue,
@@ -295,18 +292,21 @@ pub fn enable(server: &Server, session: &mut Session, opts: Options) {
         noloop: opts.noloop,
         bcast: opts.bcast,
     });
-    server
-        .tracking
-        .trackers
-        .write()
-        .insert(session.info.id, tracker.clone());
+    // The new tracker replaces the old in place and is counted before the old
+    // is uncounted: a change in between must neither skip tracking nor find
+    // the client missing and use up its registrations without a message.
+    server.db.tracking.client_on(opts.bcast);
+    server.tracking.trackers.write().insert(id, tracker.clone());
     if opts.bcast {
         let mut table = server.tracking.prefixes.write();
+        table.retain(|(_, t)| t.info.id != id);
         for p in &prefixes {
             table.push((p.clone(), tracker.clone()));
         }
     }
-    server.db.tracking.client_on(opts.bcast);
+    if let Some(old) = old {
+        server.db.tracking.client_off(old.bcast());
+    }
     let flags = FLAG_ON | if opts.bcast { FLAG_BCAST } else { 0 };
     session.info.tracking.store(flags, Relaxed);
     session.info.redirect.store(opts.redirect, Relaxed);
@@ -323,13 +323,9 @@ pub fn enable(server: &Server, session: &mut Session, opts: Options) {
 /// read stay in the table until they change, as in Redis: their readers are
 /// looked up then, and a client no longer tracking is skipped.
 pub fn disable(server: &Server, session: &mut Session) {
-    if let Some(state) = session.tracking.take() {
-        unregister(server, &state);
-        session.info.tracking.store(0, Relaxed);
-    }
-}
-
-fn unregister(server: &Server, state: &State) {
+    let Some(state) = session.tracking.take() else {
+        return;
+    };
     let id = state.tracker.info.id;
     server.tracking.trackers.write().remove(&id);
     if state.tracker.bcast {
@@ -340,6 +336,7 @@ fn unregister(server: &Server, state: &State) {
             .retain(|(_, t)| t.info.id != id);
     }
     server.db.tracking.client_off(state.tracker.bcast);
+    session.info.tracking.store(0, Relaxed);
 }
 
 /// CLIENT LIST's letters for [`ClientInfo::tracking`]'s bits.

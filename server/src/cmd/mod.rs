@@ -350,10 +350,15 @@ pub fn dispatch(
     out: &mut bytes::BytesMut,
     resumed: Option<Instant>,
 ) -> Flow {
+    if session.tracking.is_some() {
+        crate::pubsub::command_starts(session);
+    }
     let outcome = execute(server, session, args, resumed);
-    // CLIENT CACHING covers the next command, or the next transaction.
+    // CLIENT CACHING covers the next command (once it answers), or the next
+    // transaction.
     if let Some(t) = session.tracking.as_deref_mut() {
-        if t.caching && session.multi.is_none() && !eq_ic(&args[0], "client") {
+        let answered = !matches!(outcome, Outcome::Park(_));
+        if t.caching && answered && session.multi.is_none() && !eq_ic(&args[0], "client") {
             t.caching = false;
         }
     }
@@ -378,7 +383,9 @@ pub fn dispatch(
         crate::observe::error_reply(server, &reply);
         reply.encode(session.proto, out);
     }
-    crate::pubsub::after_reply(session, out);
+    if !matches!(flow, Flow::Park(_)) {
+        crate::pubsub::after_reply(session, out);
+    }
     flow
 }
 

@@ -182,19 +182,21 @@ impl Db {
         }
         let start = rand::random::<usize>();
         for i in 0..SHARDS {
-            if shed >= effort || self.tracking.totals().0 <= max {
+            let over = self.tracking.totals().0.saturating_sub(max);
+            if shed >= effort || over == 0 {
                 break;
             }
             let idx = (start + i) & (SHARDS - 1);
-            // Exclusively, as any change: a reader registering under the shared
-            // lock cannot be lost between the take and the message.
-            let _held = self.shards[idx].map.write();
-            while shed < effort
-                && self.tracking.totals().0 > max
-                && self.tracking.shed_one(&self.shards[idx].tracked)
-            {
-                shed += 1;
-            }
+            // Exclusively, as any change, so a reader registering under the
+            // shared lock cannot slip between the take and the message; and
+            // never waiting, so the cron does not queue behind client work (a
+            // busy shard is left for the next tick).
+            let Some(_held) = self.shards[idx].map.try_write() else {
+                continue;
+            };
+            shed += self
+                .tracking
+                .shed(&self.shards[idx].tracked, over.min(effort - shed));
         }
         shed
     }

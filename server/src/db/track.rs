@@ -38,8 +38,9 @@ pub trait Invalidate: Send + Sync {
     /// `writer` is the client whose command changed it, 0 for the server's own
     /// changes (expiry, eviction).
     fn key(&self, key: &[u8], readers: &[ClientId], writer: ClientId);
-    /// Every key is gone (FLUSHALL, FLUSHDB).
-    fn flush(&self, writer: ClientId);
+    /// Every key is gone (FLUSHALL, FLUSHDB): every tracking client is told,
+    /// the writer too, as in Redis.
+    fn flush(&self);
 }
 
 /// One shard's part of the tracking table.
@@ -148,12 +149,12 @@ impl Tracking {
 
     /// Every key in `tables` is gone: they are emptied, and every tracking
     /// client is told. The caller holds all their shards exclusively.
-    pub fn flushed<'t>(&self, tables: impl Iterator<Item = &'t Table>, writer: ClientId) {
+    pub fn flushed<'t>(&self, tables: impl Iterator<Item = &'t Table>) {
         for table in tables {
             self.clear(table);
         }
         if let Some(sink) = self.sink.get() {
-            sink.flush(writer);
+            sink.flush();
         }
     }
 
@@ -168,27 +169,33 @@ impl Tracking {
             .fetch_sub(old.values().map(|r| r.len()).sum(), Relaxed);
     }
 
-    /// Takes one key off `table` to bring the table under
-    /// `tracking-table-max-keys`: its readers are told, as if it had changed
-    /// (Redis's way: a client that is not told would go on trusting its copy).
-    /// Returns false when the table had no key.
-    pub fn shed_one(&self, table: &Table) -> bool {
-        if table.len.load(Relaxed) == 0 {
-            return false;
+    /// Takes up to `n` keys off `table` to bring the table under
+    /// `tracking-table-max-keys`: their readers are told, as if the keys had
+    /// changed (Redis's way: a client that is not told would go on trusting its
+    /// copy). The caller holds the table's shard exclusively. Returns how many
+    /// keys went.
+    pub fn shed(&self, table: &Table, n: usize) -> usize {
+        if table.len.load(Relaxed) == 0 || n == 0 {
+            return 0;
         }
-        let key = {
-            let keys = table.keys.lock();
-            match keys.keys().next() {
-                Some(k) => k.clone(),
-                None => return false,
-            }
+        let taken: Vec<(Key, Readers)> = {
+            let mut keys = table.keys.lock();
+            let victims: Vec<Key> = keys.keys().take(n).cloned().collect();
+            victims
+                .iter()
+                .filter_map(|k| keys.remove_entry(&k[..]))
+                .collect()
         };
-        if let Some(readers) = self.take(table, &key) {
-            if let Some(sink) = self.sink.get() {
-                sink.key(&key, &readers, 0);
+        table.len.fetch_sub(taken.len(), Relaxed);
+        self.keys.fetch_sub(taken.len(), Relaxed);
+        self.items
+            .fetch_sub(taken.iter().map(|(_, r)| r.len()).sum(), Relaxed);
+        if let Some(sink) = self.sink.get() {
+            for (key, readers) in &taken {
+                sink.key(key, readers, 0);
             }
         }
-        true
+        taken.len()
     }
 }
 
@@ -206,8 +213,8 @@ mod tests {
         fn key(&self, key: &[u8], readers: &[ClientId], writer: ClientId) {
             self.0.lock().push((key.to_vec(), readers.to_vec(), writer));
         }
-        fn flush(&self, writer: ClientId) {
-            self.0.lock().push((Vec::new(), Vec::new(), writer));
+        fn flush(&self) {
+            self.0.lock().push((Vec::new(), Vec::new(), 0));
         }
     }
 
@@ -240,15 +247,19 @@ mod tests {
         t.changed(&a, b"x", 3);
         t.remember(&a, b"k1", 9);
         t.remember(&b, b"k2", 9);
-        t.flushed([&a, &b].into_iter(), 4);
+        t.flushed([&a, &b].into_iter());
         assert_eq!(t.totals(), (0, 0));
         assert_eq!(
             *rec.0.lock(),
-            vec![(b"x".to_vec(), vec![], 3), (Vec::new(), Vec::new(), 4)]
+            vec![(b"x".to_vec(), vec![], 3), (Vec::new(), Vec::new(), 0)]
         );
         t.remember(&a, b"k3", 9);
-        assert!(t.shed_one(&a));
-        assert!(!t.shed_one(&a));
+        t.remember(&a, b"k4", 9);
+        t.remember(&a, b"k5", 8);
+        assert_eq!(t.shed(&a, 2), 2);
+        assert_eq!(t.shed(&a, 2), 1);
+        assert_eq!(t.shed(&a, 2), 0);
         assert_eq!(t.totals(), (0, 0));
+        assert_eq!(rec.0.lock().len(), 5, "each shed key's readers were told");
     }
 }

@@ -266,7 +266,7 @@ impl<'a> View<'a> {
                 Guard::Write(_) => Some(&db.shard(*i).tracked),
                 Guard::Read(_) => None,
             });
-            db.tracking.flushed(tables, self.client);
+            db.tracking.flushed(tables);
         }
         n
     }
