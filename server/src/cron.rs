@@ -21,6 +21,8 @@ pub fn run(server: &Server) {
         let sweep = expire::active_expire_cycle(&server.db, period / 4);
         if sweep.removed > 0 {
             server.stats.expired_keys.add(sweep.removed);
+            let keys = sweep.removed_keys.iter().map(|k| &k[..]);
+            crate::notify::events(server, crate::notify::EXPIRED, "expired", keys);
         }
         let rates = &server.observe.rates;
         rates.note_ttls(

@@ -21,9 +21,11 @@ pub const SAMPLE: usize = 20;
 static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
 
 /// What one sweep did and saw.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Sweep {
     pub removed: u64,
+    /// The keys removed, for the server to publish (keyspace notifications).
+    pub removed_keys: Vec<super::Key>,
     /// Whether any visited shard had volatile keys.
     pub saw_volatile: bool,
     /// The remaining TTLs (ms) of the live keys sampled, summed, and their count:
@@ -80,8 +82,10 @@ pub fn active_expire_cycle(db: &Db, budget: Duration) -> Sweep {
                     sweep.removed += 1;
                 }
             }
+            let found = expired.len();
+            sweep.removed_keys.extend(expired);
             // Keep going only while the shard looks dense with expired keys.
-            if expired.len() * 4 <= SAMPLE.min(vol) || start.elapsed() > budget {
+            if found * 4 <= SAMPLE.min(vol) || start.elapsed() > budget {
                 break;
             }
         }
@@ -120,6 +124,14 @@ mod tests {
         // Sampling is probabilistic per shard, but 200 passes of a dense shard leave
         // essentially nothing; the live half must be untouched.
         assert!(removed >= 990, "removed {removed}");
+        let s = active_expire_cycle(&db, Duration::from_millis(50));
+        assert_eq!(s.removed as usize, s.removed_keys.len());
+        assert!(s.removed_keys.iter().all(|k| std::str::from_utf8(&k[1..])
+            .unwrap()
+            .parse::<usize>()
+            .unwrap()
+            % 2
+            == 0));
         assert!(db.len() >= 1000 && db.len() <= 1010, "len {}", db.len());
         let v = db.view(&keys, false, LockMode::Read);
         assert!(keys.iter().skip(1).step_by(2).all(|k| v.get(k).is_some()));

@@ -39,6 +39,9 @@ pub struct View<'a> {
     lru: u32,
     /// Keys removed because they had expired; the caller adds them to the stats.
     pub expired: u64,
+    /// Which keys those were, for the caller to publish (keyspace notifications).
+    /// Empty, and unallocated, unless a command met an expired key.
+    pub expired_keys: Vec<super::Key>,
     hits: Cell<u64>,
     misses: Cell<u64>,
 }
@@ -65,6 +68,7 @@ impl<'a> View<'a> {
             now_ms: now,
             lru: now as u32,
             expired: 0,
+            expired_keys: Vec::new(),
             hits: Cell::new(0),
             misses: Cell::new(0),
         }
@@ -158,6 +162,7 @@ impl<'a> View<'a> {
             Lookup::Expired => {
                 shard.len.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                 self.expired += 1;
+                self.expired_keys.push(super::Key::copy_from(key));
                 None
             }
             Lookup::Absent => None,
@@ -176,7 +181,13 @@ impl<'a> View<'a> {
                 shard.len.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 None
             }
-            Some(e) if e.is_expired(now) => None,
+            Some(e) if e.is_expired(now) => {
+                // Replacing an expired key expires it first, as Redis's lookup
+                // for a write does.
+                self.expired += 1;
+                self.expired_keys.push(super::Key::copy_from(key));
+                None
+            }
             Some(e) => Some(e),
         }
     }
@@ -189,6 +200,7 @@ impl<'a> View<'a> {
         shard.len.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         if e.is_expired(now) {
             self.expired += 1;
+            self.expired_keys.push(super::Key::copy_from(key));
             return None;
         }
         self.db.dirty.incr();
