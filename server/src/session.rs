@@ -54,6 +54,8 @@ pub struct ClientInfo {
     /// [`crate::pubsub`].
     pub sub: AtomicU64,
     pub psub: AtomicU64,
+    /// Shard channels (`ssub=`).
+    pub ssub: AtomicU64,
     /// Cancelled by CLIENT KILL (and by shutdown, as a child of the server token).
     pub kill: CancellationToken,
 }
@@ -90,7 +92,8 @@ impl ClientInfo {
             flags.push('b');
         }
         let (sub, psub) = (self.sub.load(Relaxed), self.psub.load(Relaxed));
-        if sub + psub > 0 {
+        let ssub = self.ssub.load(Relaxed);
+        if sub + psub + ssub > 0 {
             flags.push('P');
         }
         if self.no_evict.load(Relaxed) {
@@ -115,7 +118,7 @@ impl ClientInfo {
         );
         let multi_mem = m.multi.load(Relaxed);
         format!(
-            "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={flags} db=0 sub={sub} psub={psub} ssub=0 multi={multi} qbuf={} qbuf-free={} argv-mem={argv} multi-mem={multi_mem} rbs={rbs} rbp={rbs} obl={pending} oll=0 omem={pending} tot-mem={total} events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={flags} db=0 sub={sub} psub={psub} ssub={ssub} multi={multi} qbuf={} qbuf-free={} argv-mem={argv} multi-mem={multi_mem} rbs={rbs} rbp={rbs} obl={pending} oll=0 omem={pending} tot-mem={total} events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -182,6 +185,7 @@ impl Clients {
             unblock_signal: tokio::sync::Notify::new(),
             sub: AtomicU64::new(0),
             psub: AtomicU64::new(0),
+            ssub: AtomicU64::new(0),
             kill: parent.child_token(),
         });
         map.insert(id, info.clone());
@@ -266,7 +270,7 @@ pub struct Session {
 impl ClientInfo {
     /// Subscribed to a channel or pattern: Redis's `pubsub` client class.
     pub fn is_pubsub(&self) -> bool {
-        self.sub.load(Relaxed) + self.psub.load(Relaxed) > 0
+        self.sub.load(Relaxed) + self.psub.load(Relaxed) + self.ssub.load(Relaxed) > 0
     }
 }
 

@@ -475,7 +475,15 @@ fn execute(
 fn allowed_subscribed(spec: &CommandSpec) -> bool {
     matches!(
         spec.name,
-        "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "ping" | "quit" | "reset"
+        "subscribe"
+            | "unsubscribe"
+            | "psubscribe"
+            | "punsubscribe"
+            | "ssubscribe"
+            | "sunsubscribe"
+            | "ping"
+            | "quit"
+            | "reset"
     )
 }
 
