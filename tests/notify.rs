@@ -371,6 +371,15 @@ fn the_parameter_reads_back_as_redis_prints_it() {
         "xK",
         "from the command line"
     );
+    let dir = harness::TempDir::new("notify-conf");
+    let conf = format!("{}/redis.conf", dir.path());
+    std::fs::write(&conf, "notify-keyspace-events s$gE\n").unwrap();
+    let from_file = TestServer::start_with(&["--", &conf]);
+    assert_eq!(
+        config_get(&mut from_file.conn(), "notify-keyspace-events"),
+        "g$sE",
+        "from a config file"
+    );
     for flags in [
         "KEA",
         "Ex",
