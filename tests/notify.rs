@@ -290,10 +290,7 @@ fn idset_writes_publish_idset_events_in_the_set_class() {
 /// write's own events, and when the background sweep removes it.
 #[test]
 fn expired_keys_are_published_from_writes_and_from_the_sweep() {
-    // One sweep a second: the sweep publishes what it removed only after it lets
-    // the shard go, so were it to take `lazy` just before the write, its `expired`
-    // could come after the write's events. Rare at 10 Hz, rarer still at 1.
-    let s = TestServer::start_with(&["--hz", "1"]);
+    let s = TestServer::start();
     let mut con = s.conn();
     set_flags(&mut con, "Exn$");
     let mut l = Listener::new(&s.url());

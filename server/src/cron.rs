@@ -18,11 +18,11 @@ pub fn run(server: &Server) {
         }
         // Redis gives the slow expiry cycle 25% of a cron period.
         let started = Instant::now();
-        let sweep = expire::active_expire_cycle(&server.db, period / 4);
+        let sweep = expire::active_expire_cycle(&server.db, period / 4, |key| {
+            crate::notify::event(server, crate::notify::EXPIRED, "expired", key)
+        });
         if sweep.removed > 0 {
             server.stats.expired_keys.add(sweep.removed);
-            let keys = sweep.removed_keys.iter().map(|k| &k[..]);
-            crate::notify::events(server, crate::notify::EXPIRED, "expired", keys);
         }
         let rates = &server.observe.rates;
         rates.note_ttls(

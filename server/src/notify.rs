@@ -3,8 +3,13 @@
 //! `__keyevent@0__:<event>` (the key as message), as Redis 7 does.
 //!
 //! Commands report events through `Ctx::notify`; keys the keyspace removes on its
-//! own (expired, evicted) come back from the db layer as lists of keys, which the
-//! server layer publishes here, so the db layer stays free of pub/sub. With the
+//! own (expired, evicted) come back from the db layer, as a view's list of the
+//! expired keys it met or through a callback of the sweep and the evictor, and
+//! the server layer publishes them here, so the db layer stays free of pub/sub.
+//! Events are published while the key's shard is still locked where that is
+//! possible (commands, the sweep), so subscribers see a key's events in the order
+//! they happened: the lock order is shard, then the pub/sub registry, never the
+//! reverse. With the
 //! parameter empty (the default) an event costs one relaxed load of [`Flags`]:
 //! nothing is formatted or allocated.
 //!

@@ -21,11 +21,9 @@ pub const SAMPLE: usize = 20;
 static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
 
 /// What one sweep did and saw.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Sweep {
     pub removed: u64,
-    /// The keys removed, for the server to publish (keyspace notifications).
-    pub removed_keys: Vec<super::Key>,
     /// Whether any visited shard had volatile keys.
     pub saw_volatile: bool,
     /// The remaining TTLs (ms) of the live keys sampled, summed, and their count:
@@ -34,8 +32,10 @@ pub struct Sweep {
     pub ttl_samples: u64,
 }
 
-/// Runs one sweep with the given time budget.
-pub fn active_expire_cycle(db: &Db, budget: Duration) -> Sweep {
+/// Runs one sweep with the given time budget, telling `expired_key` each key it
+/// removes while that key's shard is still locked (the server publishes it), so a
+/// write that recreates the key cannot be reported before its expiry.
+pub fn active_expire_cycle(db: &Db, budget: Duration, mut expired_key: impl FnMut(&[u8])) -> Sweep {
     let start = Instant::now();
     let mut rng = rand::thread_rng();
     let mut sweep = Sweep::default();
@@ -80,12 +80,11 @@ pub fn active_expire_cycle(db: &Db, budget: Duration) -> Sweep {
                 if map.remove(key).is_some() {
                     shard.len.fetch_sub(1, Relaxed);
                     sweep.removed += 1;
+                    expired_key(key);
                 }
             }
-            let found = expired.len();
-            sweep.removed_keys.extend(expired);
             // Keep going only while the shard looks dense with expired keys.
-            if found * 4 <= SAMPLE.min(vol) || start.elapsed() > budget {
+            if expired.len() * 4 <= SAMPLE.min(vol) || start.elapsed() > budget {
                 break;
             }
         }
@@ -118,26 +117,28 @@ mod tests {
         }
         assert_eq!(db.len(), 2000);
         let mut removed = 0;
+        let mut told = Vec::new();
         for _ in 0..200 {
-            removed += active_expire_cycle(&db, Duration::from_millis(50)).removed;
+            let tell = |k: &[u8]| told.push(k.to_vec());
+            removed += active_expire_cycle(&db, Duration::from_millis(50), tell).removed;
         }
+        assert_eq!(told.len() as u64, removed, "each removed key is told once");
+        let number = |k: &[u8]| {
+            std::str::from_utf8(&k[1..])
+                .unwrap()
+                .parse::<usize>()
+                .unwrap()
+        };
+        assert!(told.iter().all(|k| number(k) % 2 == 0), "only expired keys");
         // Sampling is probabilistic per shard, but 200 passes of a dense shard leave
         // essentially nothing; the live half must be untouched.
         assert!(removed >= 990, "removed {removed}");
-        let s = active_expire_cycle(&db, Duration::from_millis(50));
-        assert_eq!(s.removed as usize, s.removed_keys.len());
-        assert!(s.removed_keys.iter().all(|k| std::str::from_utf8(&k[1..])
-            .unwrap()
-            .parse::<usize>()
-            .unwrap()
-            % 2
-            == 0));
         assert!(db.len() >= 1000 && db.len() <= 1010, "len {}", db.len());
         let v = db.view(&keys, false, LockMode::Read);
         assert!(keys.iter().skip(1).step_by(2).all(|k| v.get(k).is_some()));
         drop(v);
         // The live half has an hour left; the sample says so.
-        let s = active_expire_cycle(&db, Duration::from_millis(50));
+        let s = active_expire_cycle(&db, Duration::from_millis(50), |_| {});
         assert!(s.saw_volatile && s.ttl_samples > 0);
         let avg = s.ttl_sum / s.ttl_samples;
         assert!((3_500_000..=3_600_000).contains(&avg), "avg {avg}");
