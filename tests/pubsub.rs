@@ -1,6 +1,7 @@
-//! Pub/sub: SUBSCRIBE, PSUBSCRIBE, their UNSUBSCRIBEs, PUBLISH and PUBSUB, byte
-//! for byte against a real redis-server in RESP2 and RESP3 (subscribed mode,
-//! its errors, PING in it); the `redis` crate receiving messages; the registry as
+//! Pub/sub: SUBSCRIBE, PSUBSCRIBE, their UNSUBSCRIBEs, PUBLISH and PUBSUB, and
+//! the sharded SSUBSCRIBE / SUNSUBSCRIBE / SPUBLISH / PUBSUB SHARD*, byte for
+//! byte against a real redis-server in RESP2 and RESP3 (subscribed mode, its
+//! errors, PING in it); the `redis` crate receiving messages; the registry as
 //! CLIENT LIST / INFO / CLIENT KILL see it; and the `pubsub` output limit closing
 //! a subscriber that stops reading while everyone else is served.
 
@@ -138,11 +139,53 @@ const SCRIPT: &[&[&str]] = &[
     &["PING"],
 ];
 
+/// The sharded forms, compared like [`SCRIPT`]: confirmations count shard
+/// channels apart from channels and patterns, a shard subscription alone puts a
+/// RESP2 client in subscribed mode, and patterns never see shard channels.
+const SHARD_SCRIPT: &[&[&str]] = &[
+    &["SUNSUBSCRIBE"],
+    &["SUNSUBSCRIBE", "nope"],
+    &["SSUBSCRIBE"],
+    &["SPUBLISH", "a"],
+    &["SPUBLISH", "a", "nobody"],
+    &["PUBSUB", "SHARDCHANNELS"],
+    &["PUBSUB", "SHARDNUMSUB"],
+    &["PUBSUB", "SHARDCHANNELS", "a", "b"],
+    &["SSUBSCRIBE", "a", "b", "a"],
+    &["GET", "x"],
+    &["SPUBLISH", "a", "to myself"],
+    &["PUBSUB", "SHARDNUMSUB", "a", "b", "c"],
+    &["PUBSUB", "SHARDCHANNELS", "[a]"],
+    &["PUBSUB", "CHANNELS"],
+    &["PUBSUB", "NUMSUB", "a"],
+    &["PING"],
+    &["SUBSCRIBE", "a"],
+    &["PSUBSCRIBE", "*"],
+    &["SPUBLISH", "a", "shard only"],
+    &["PUBLISH", "a", "channel and pattern"],
+    &["SSUBSCRIBE", "c"],
+    &["PUNSUBSCRIBE"],
+    &["UNSUBSCRIBE"],
+    &["GET", "x"],
+    &["SUNSUBSCRIBE", "b", "zz"],
+    &["SUNSUBSCRIBE", "a"],
+    &["SUNSUBSCRIBE", "c"],
+    &["SUNSUBSCRIBE"],
+    &["GET", "x"],
+    &["SSUBSCRIBE", "x"],
+    &["RESET"],
+    &["SPUBLISH", "x", "after reset"],
+];
+
 fn compare(ours: &mut Conn, theirs: &mut Conn, proto: &str) {
+    compare_script(ours, theirs, proto, SCRIPT);
+}
+
+fn compare_script(ours: &mut Conn, theirs: &mut Conn, proto: &str, script: &[&[&str]]) {
     for c in [&mut *ours, &mut *theirs] {
         c.text(&["HELLO", proto]);
     }
-    for req in SCRIPT {
+    for req in script {
         let want = theirs.text(req);
         let got = ours.text(req);
         assert_eq!(got, want, "RESP{proto} reply to {req:?}");
@@ -157,6 +200,96 @@ fn replies_and_errors_match_redis_byte_for_byte() {
     compare(&mut ours, &mut theirs, "2");
     // RESET brought both back to RESP2; the same connection goes on in RESP3.
     compare(&mut ours, &mut theirs, "3");
+}
+
+#[test]
+fn sharded_replies_and_errors_match_redis_byte_for_byte() {
+    let s = TestServer::start();
+    let r = RedisServer::start();
+    let (mut ours, mut theirs) = (Conn::new(s.port), Conn::new(r.port));
+    compare_script(&mut ours, &mut theirs, "2", SHARD_SCRIPT);
+    compare_script(&mut ours, &mut theirs, "3", SHARD_SCRIPT);
+}
+
+/// `smessage` as another client publishes it, byte for byte, in both protocols;
+/// SPUBLISH counts shard subscribers only, never a channel or pattern of the same
+/// name.
+#[test]
+fn shard_messages_match_redis_byte_for_byte() {
+    let s = TestServer::start();
+    let r = RedisServer::start();
+    for proto in ["2", "3"] {
+        let mut got = Vec::new();
+        for port in [s.port, r.port] {
+            let mut sub = Conn::new(port);
+            let mut publisher = Conn::new(port);
+            sub.text(&["HELLO", proto]);
+            sub.text(&["SSUBSCRIBE", "orders"]);
+            sub.text(&["SUBSCRIBE", "orders"]);
+            sub.text(&["PSUBSCRIBE", "ord*"]);
+            let count = publisher.text(&["SPUBLISH", "orders", "o-1"]);
+            let message = format!("{:?}", sub.frame());
+            got.push(format!("{count}{message}"));
+        }
+        assert_eq!(got[0], got[1], "RESP{proto}");
+        assert!(got[0].starts_with(":1\r\n"), "{}", got[0]);
+        assert!(got[0].contains("smessage"), "{}", got[0]);
+    }
+}
+
+#[test]
+fn shard_subscribers_show_in_client_list_and_info() {
+    let s = TestServer::start();
+    let mut con = s.conn();
+    let mut sub = Conn::new(s.port);
+    let id = sub.text(&["CLIENT", "ID"]);
+    let id = id[1..].split("\r\n").next().unwrap().to_string();
+    sub.text(&["SSUBSCRIBE", "a", "b", "c"]);
+    sub.text(&["SUBSCRIBE", "a"]);
+    let all = client_list(&mut con, &[]);
+    let line = all
+        .lines()
+        .find(|l| l.starts_with(&format!("id={id} ")))
+        .unwrap_or_else(|| panic!("the subscriber is listed:\n{all}"));
+    assert!(line.contains(" flags=P "), "{line}");
+    assert!(line.contains(" sub=1 psub=0 ssub=3 "), "{line}");
+    assert_eq!(
+        info_stat::<u64>(&mut con, "stats", "pubsubshard_channels"),
+        3
+    );
+    assert_eq!(info_stat::<u64>(&mut con, "stats", "pubsub_channels"), 1);
+    sub.text(&["SUNSUBSCRIBE", "a"]);
+    assert_eq!(
+        info_stat::<u64>(&mut con, "stats", "pubsubshard_channels"),
+        2
+    );
+    drop(sub);
+    eventually("a closed shard subscriber left its channels", || {
+        info_stat::<u64>(&mut con, "stats", "pubsubshard_channels") == 0
+            && info_stat::<u64>(&mut con, "clients", "pubsub_clients") == 0
+    });
+}
+
+/// COMMAND INFO declares shard channels as keys, as Redis's table does, so a
+/// cluster-aware client routes them; compared with redis-server.
+#[test]
+fn sharded_commands_are_described_as_redis_describes_them() {
+    let s = TestServer::start();
+    let r = RedisServer::start();
+    let (mut ours, mut theirs) = (Conn::new(s.port), Conn::new(r.port));
+    for req in [
+        &["COMMAND", "INFO", "ssubscribe", "sunsubscribe", "spublish"][..],
+        &["COMMAND", "GETKEYS", "SPUBLISH", "ch", "msg"],
+        &["COMMAND", "GETKEYS", "SSUBSCRIBE", "a", "b"],
+        &["PUBSUB", "HELP"],
+    ] {
+        assert_eq!(ours.text(req), theirs.text(req), "{req:?}");
+    }
+    // DOCS: the argument names (the summaries are 7.2's, the server here 7.0's).
+    let docs = ours.text(&["COMMAND", "DOCS", "spublish", "ssubscribe", "sunsubscribe"]);
+    for arg in ["$12\r\nshardchannel\r\n", "$7\r\nmessage\r\n", "multiple"] {
+        assert!(docs.contains(arg), "{arg:?} in {docs}");
+    }
 }
 
 /// Messages as another client publishes them, byte for byte: `message` and

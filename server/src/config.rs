@@ -175,6 +175,8 @@ pub struct Config {
     pubsub_soft: AtomicU64,
     pubsub_soft_seconds: AtomicU64,
     pub hz: AtomicU64,
+    /// Keyspace notification classes, read on every write (`crate::notify`).
+    pub notify_keyspace_events: crate::notify::Flags,
     pub loglevel: RwLock<LogLevel>,
     /// How the process applies a new `loglevel` (installed by the binary, which owns
     /// the log subscriber); `None` in a library embedding, where the level is only
@@ -256,6 +258,7 @@ impl Default for Config {
             pubsub_soft: AtomicU64::new(8 * 1024 * 1024),
             pubsub_soft_seconds: AtomicU64::new(60),
             hz: AtomicU64::new(10),
+            notify_keyspace_events: crate::notify::Flags::default(),
             loglevel: RwLock::new(LogLevel::Notice),
             log_hook: RwLock::new(None),
             tcp_keepalive: AtomicU64::new(300),
@@ -573,6 +576,14 @@ pub static PARAMS: &[Param] = &[
         help: "Background task frequency (expiry sweeps), per second",
         get: |c| get_u(&c.hz),
         set: |c, v| set_u(&c.hz, v, 1, 500),
+    },
+    Param {
+        name: "notify-keyspace-events",
+        mutable: true,
+        protected: false,
+        help: "Keyspace notification classes, Redis's letters (e.g. KEA; empty = off; see Pub/sub in the README)",
+        get: |c| c.notify_keyspace_events.text(),
+        set: |c, v| c.notify_keyspace_events.set(v),
     },
     Param {
         name: "loglevel",

@@ -18,7 +18,9 @@ pub fn run(server: &Server) {
         }
         // Redis gives the slow expiry cycle 25% of a cron period.
         let started = Instant::now();
-        let sweep = expire::active_expire_cycle(&server.db, period / 4);
+        let sweep = expire::active_expire_cycle(&server.db, period / 4, |key| {
+            crate::notify::event(server, crate::notify::EXPIRED, "expired", key)
+        });
         if sweep.removed > 0 {
             server.stats.expired_keys.add(sweep.removed);
         }

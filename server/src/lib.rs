@@ -22,6 +22,7 @@ pub mod fuzzing;
 mod glob;
 mod listen;
 mod longdouble;
+mod notify;
 mod observe;
 mod offload;
 mod persist;

@@ -9,6 +9,10 @@
 //! (what is queued plus what waits in the connection's output), and a subscriber
 //! past it is killed instead of being sent more, as Redis closes it.
 //!
+//! Shard channels (SSUBSCRIBE, SPUBLISH) are a namespace of their own, as in a
+//! Redis that is not in cluster mode: relcache has one node, so every shard
+//! channel lives here, and no pattern ever matches one.
+//!
 //! Channels and patterns are kept apart from the per-connection [`Subscription`],
 //! which lists what one connection listens to, so that RESET and a closing
 //! connection can leave everything without scanning the registry.
@@ -31,11 +35,12 @@ type Map<K, V> = HashMap<K, V, ahash::RandomState>;
 /// the client subscribed.
 type Set<K> = indexmap::IndexSet<K, ahash::RandomState>;
 
-/// A channel name, or a glob pattern over channel names.
+/// A channel name, a glob pattern over channel names, or a shard channel name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Channel,
     Pattern,
+    Shard,
 }
 
 impl Kind {
@@ -43,6 +48,7 @@ impl Kind {
         match self {
             Kind::Channel => b"subscribe",
             Kind::Pattern => b"psubscribe",
+            Kind::Shard => b"ssubscribe",
         }
     }
 
@@ -50,6 +56,7 @@ impl Kind {
         match self {
             Kind::Channel => b"unsubscribe",
             Kind::Pattern => b"punsubscribe",
+            Kind::Shard => b"sunsubscribe",
         }
     }
 }
@@ -166,32 +173,56 @@ pub struct Subscription {
     rx: mpsc::UnboundedReceiver<Bytes>,
     channels: Set<Bytes>,
     patterns: Set<Bytes>,
+    shard: Set<Bytes>,
 }
 
 impl Subscription {
+    /// Every subscription of every kind: whether the client is subscribed at all.
     fn count(&self) -> usize {
-        self.channels.len() + self.patterns.len()
+        self.channels.len() + self.patterns.len() + self.shard.len()
+    }
+
+    /// The count a (un)subscribe confirmation carries: Redis counts shard channels
+    /// apart from channels and patterns together.
+    fn confirmed_count(&self, kind: Kind) -> usize {
+        match kind {
+            Kind::Channel | Kind::Pattern => self.channels.len() + self.patterns.len(),
+            Kind::Shard => self.shard.len(),
+        }
     }
 
     fn names(&mut self, kind: Kind) -> &mut Set<Bytes> {
         match kind {
             Kind::Channel => &mut self.channels,
             Kind::Pattern => &mut self.patterns,
+            Kind::Shard => &mut self.shard,
         }
     }
 }
 
+type Subscribers = Map<Bytes, Map<u64, Arc<Subscriber>>>;
+
 #[derive(Default)]
 struct Inner {
-    channels: Map<Bytes, Map<u64, Arc<Subscriber>>>,
-    patterns: Map<Bytes, Map<u64, Arc<Subscriber>>>,
+    channels: Subscribers,
+    patterns: Subscribers,
+    shard: Subscribers,
 }
 
 impl Inner {
-    fn names(&mut self, kind: Kind) -> &mut Map<Bytes, Map<u64, Arc<Subscriber>>> {
+    fn names(&mut self, kind: Kind) -> &mut Subscribers {
         match kind {
             Kind::Channel => &mut self.channels,
             Kind::Pattern => &mut self.patterns,
+            Kind::Shard => &mut self.shard,
+        }
+    }
+
+    fn names_ref(&self, kind: Kind) -> &Subscribers {
+        match kind {
+            Kind::Channel => &self.channels,
+            Kind::Pattern => &self.patterns,
+            Kind::Shard => &self.shard,
         }
     }
 }
@@ -220,26 +251,33 @@ impl PubSub {
         (inner.channels.len(), inner.patterns.len())
     }
 
+    /// Shard channels with at least one subscriber (INFO `pubsubshard_channels`).
+    pub fn shard_count(&self) -> usize {
+        self.inner.read().shard.len()
+    }
+
     pub fn clients(&self) -> usize {
         self.clients.load(Relaxed)
     }
 
-    /// PUBSUB CHANNELS: the active channels matching `pattern` (all without one).
-    pub fn channels(&self, pattern: Option<&[u8]>) -> Vec<Bytes> {
+    /// PUBSUB CHANNELS / SHARDCHANNELS: the active channels of `kind` matching
+    /// `pattern` (all without one).
+    pub fn channels(&self, kind: Kind, pattern: Option<&[u8]>) -> Vec<Bytes> {
         let inner = self.inner.read();
         inner
-            .channels
+            .names_ref(kind)
             .keys()
             .filter(|c| pattern.is_none_or(|p| crate::glob::matches(p, c, false)))
             .cloned()
             .collect()
     }
 
-    /// PUBSUB NUMSUB: subscribers of one channel, patterns not counted.
-    pub fn numsub(&self, channel: &[u8]) -> usize {
+    /// PUBSUB NUMSUB / SHARDNUMSUB: subscribers of one channel of `kind`,
+    /// patterns not counted.
+    pub fn numsub(&self, kind: Kind, channel: &[u8]) -> usize {
         self.inner
             .read()
-            .channels
+            .names_ref(kind)
             .get(channel)
             .map_or(0, |s| s.len())
     }
@@ -285,6 +323,7 @@ pub fn endpoint<'s>(server: &Server, session: &'s mut Session) -> &'s mut Subscr
             rx,
             channels: Set::default(),
             patterns: Set::default(),
+            shard: Set::default(),
         })
     })
 }
@@ -318,7 +357,7 @@ pub fn subscribe(
         replies.push(confirmation(
             kind.subscribe_word(),
             Frame::Bulk(name.clone()),
-            sub.count(),
+            sub.confirmed_count(kind),
         ));
     }
     if before == 0 && sub.count() > 0 {
@@ -354,14 +393,18 @@ pub fn unsubscribe(
         names.to_vec()
     };
     if names.is_empty() {
-        return vec![confirmation(word, Frame::Null, before)];
+        return vec![confirmation(word, Frame::Null, sub.confirmed_count(kind))];
     }
     let mut replies = Vec::with_capacity(names.len());
     for name in names {
         if sub.names(kind).shift_remove(&name) {
             leave_one(server, kind, &name, sub.me.info.id);
         }
-        replies.push(confirmation(word, Frame::Bulk(name), sub.count()));
+        replies.push(confirmation(
+            word,
+            Frame::Bulk(name),
+            sub.confirmed_count(kind),
+        ));
     }
     if before > 0 && sub.count() == 0 {
         server.pubsub.clients.fetch_sub(1, Relaxed);
@@ -385,6 +428,9 @@ pub fn leave(server: &Server, session: &mut Session) {
     for name in &sub.patterns {
         leave_one(server, Kind::Pattern, name, sub.me.info.id);
     }
+    for name in &sub.shard {
+        leave_one(server, Kind::Shard, name, sub.me.info.id);
+    }
     publish_counts(session);
 }
 
@@ -399,14 +445,14 @@ fn leave_one(server: &Server, kind: Kind, name: &[u8], id: u64) {
     }
 }
 
-/// CLIENT LIST's `sub=` / `psub=` and the `P` flag.
+/// CLIENT LIST's `sub=` / `psub=` / `ssub=` and the `P` flag.
 fn publish_counts(session: &Session) {
-    let (c, p) = session
-        .pubsub
-        .as_ref()
-        .map_or((0, 0), |s| (s.channels.len(), s.patterns.len()));
+    let (c, p, s) = session.pubsub.as_ref().map_or((0, 0, 0), |s| {
+        (s.channels.len(), s.patterns.len(), s.shard.len())
+    });
     session.info.sub.store(c as u64, Relaxed);
     session.info.psub.store(p as u64, Relaxed);
+    session.info.ssub.store(s as u64, Relaxed);
 }
 
 /// `[subscribe, name, count]`: a push in RESP3, an array in RESP2.
@@ -483,6 +529,25 @@ pub fn publish(server: &Server, channel: &Bytes, message: &Bytes) -> usize {
         receivers += subs.len();
     }
     receivers
+}
+
+/// SPUBLISH: sends `message` to the shard channel's subscribers (patterns never
+/// see shard channels); returns how many there were.
+pub fn spublish(server: &Server, channel: &Bytes, message: &Bytes) -> usize {
+    let limit = server.config.pubsub_output_limit();
+    let inner = server.pubsub.inner.read();
+    let Some(subs) = inner.shard.get(channel) else {
+        return 0;
+    };
+    let mut msg = Encoded::new(Frame::Push(vec![
+        Frame::Bulk(Bytes::from_static(b"smessage")),
+        Frame::Bulk(channel.clone()),
+        Frame::Bulk(message.clone()),
+    ]));
+    for s in subs.values() {
+        s.send(server, limit, msg.for_client(&s.info));
+    }
+    subs.len()
 }
 
 /// Waits for the next message for this connection; never resolves without a

@@ -107,9 +107,13 @@ impl Server {
         }
         let policy = self.config.policy();
         let samples = self.config.maxmemory_samples.load(Relaxed) as usize;
-        let (evicted, still_over) = self.evictor.evict(&self.db, policy, samples, || {
-            self.data_memory() + incoming > max
-        });
+        let (evicted, still_over) = self.evictor.evict(
+            &self.db,
+            policy,
+            samples,
+            || self.data_memory() + incoming > max,
+            |key| crate::notify::event(self, crate::notify::EVICTED, "evicted", key),
+        );
         if evicted > 0 {
             self.stats.evicted_keys.add(evicted);
         }
@@ -136,6 +140,10 @@ impl Server {
         }
         if v.expired > 0 {
             self.stats.expired_keys.add(v.expired);
+        }
+        if !v.expired_keys.is_empty() {
+            let keys = v.expired_keys.iter().map(|k| &k[..]);
+            crate::notify::events(self, crate::notify::EXPIRED, "expired", keys);
         }
     }
 }

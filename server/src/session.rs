@@ -61,6 +61,8 @@ pub struct ClientInfo {
     /// the client its invalidations go to (`redir=`), kept by [`crate::tracking`].
     pub tracking: AtomicU8,
     pub redirect: AtomicU64,
+    /// Shard channels (`ssub=`).
+    pub ssub: AtomicU64,
     /// Cancelled by CLIENT KILL (and by shutdown, as a child of the server token).
     pub kill: CancellationToken,
 }
@@ -98,7 +100,8 @@ impl ClientInfo {
         // In Redis's order.
         let mut flags = String::new();
         let (sub, psub) = (self.sub.load(Relaxed), self.psub.load(Relaxed));
-        if sub + psub > 0 {
+        let ssub = self.ssub.load(Relaxed);
+        if sub + psub + ssub > 0 {
             flags.push('P');
         }
         if multi >= 0 {
@@ -135,7 +138,7 @@ impl ClientInfo {
             _ => self.redirect.load(Relaxed) as i64,
         };
         format!(
-            "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={flags} db=0 sub={sub} psub={psub} ssub=0 multi={multi} watch={} qbuf={} qbuf-free={} argv-mem={argv} multi-mem={multi_mem} rbs={rbs} rbp={rbs} obl={pending} oll=0 omem={pending} tot-mem={total} events=r cmd={} user=default redir={redir} resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={flags} db=0 sub={sub} psub={psub} ssub={ssub} multi={multi} watch={} qbuf={} qbuf-free={} argv-mem={argv} multi-mem={multi_mem} rbs={rbs} rbp={rbs} obl={pending} oll=0 omem={pending} tot-mem={total} events=r cmd={} user=default redir={redir} resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -208,6 +211,7 @@ impl Clients {
             psub: AtomicU64::new(0),
             tracking: AtomicU8::new(0),
             redirect: AtomicU64::new(0),
+            ssub: AtomicU64::new(0),
             kill: parent.child_token(),
         });
         map.insert(id, info.clone());
@@ -308,7 +312,7 @@ pub struct Session {
 impl ClientInfo {
     /// Subscribed to a channel or pattern: Redis's `pubsub` client class.
     pub fn is_pubsub(&self) -> bool {
-        self.sub.load(Relaxed) + self.psub.load(Relaxed) > 0
+        self.sub.load(Relaxed) + self.psub.load(Relaxed) + self.ssub.load(Relaxed) > 0
     }
 }
 

@@ -149,12 +149,43 @@ def client_side_cache(port: int) -> None:
     r.close()
 
 
+def keyspace_notifications(port: int, protocol: int) -> None:
+    """The documented redis-py recipe: CONFIG SET notify-keyspace-events, then a
+    PSUBSCRIBE to __keyspace@0__:* sees each write's event, idsets' included."""
+    r = redis.Redis(port=port, decode_responses=True, protocol=protocol)
+    r.config_set("notify-keyspace-events", "KA")
+    assert r.config_get("notify-keyspace-events") == {"notify-keyspace-events": "AK"}
+    try:
+        p = r.pubsub(ignore_subscribe_messages=True)
+        p.psubscribe("__keyspace@0__:user:*")
+        p.get_message(timeout=5)  # the confirmation
+        r.set("user:1:name", "ada")
+        r.sadd("user:1:following", 2, 3)
+        r.execute_command("IDSET.ADD", "user:1:following", "4")
+        r.delete("user:1:name")
+        got = []
+        while len(got) < 4:
+            m = p.get_message(timeout=5)
+            assert m is not None, got
+            got.append((m["channel"], m["data"]))
+        assert got == [
+            ("__keyspace@0__:user:1:name", "set"),
+            ("__keyspace@0__:user:1:following", "sadd"),
+            ("__keyspace@0__:user:1:following", "idset.add"),
+            ("__keyspace@0__:user:1:name", "del"),
+        ], got
+        p.close()
+    finally:
+        r.config_set("notify-keyspace-events", "")
+
+
 def main() -> None:
     port = int(sys.argv[1])
     for protocol in (2, 3):
         check(port, protocol)
         locks(port, protocol)
         pubsub(port, protocol)
+        keyspace_notifications(port, protocol)
     large_replies(port)
     client_side_cache(port)
     print("ok")

@@ -115,8 +115,13 @@ const SYNTAX: &[(&str, &str)] = &[
     ("pubsub|help", ""),
     ("pubsub|numpat", ""),
     ("pubsub|numsub", "[channel...]"),
+    ("pubsub|shardchannels", "[pattern<pattern>]"),
+    ("pubsub|shardnumsub", "[shardchannel...]"),
     ("punsubscribe", "[pattern<pattern>...]"),
+    ("spublish", "shardchannel message"),
+    ("ssubscribe", "shardchannel..."),
     ("subscribe", "channel..."),
+    ("sunsubscribe", "[shardchannel...]"),
     ("unsubscribe", "[channel...]"),
     // Transactions.
     ("discard", ""),

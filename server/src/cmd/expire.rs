@@ -12,6 +12,7 @@ use super::keys::reap_if_expired;
 use super::spec::{self, CommandSpec, Keys};
 use super::{eq_ic, parse_i64, Ctx};
 use crate::error::{CmdError, CmdResult};
+use crate::notify;
 
 pub(super) const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -212,8 +213,10 @@ fn expire_generic(
     if when <= now {
         // A deadline already past deletes the key at once (and WATCHers see it).
         v.remove(key);
+        ctx.notify(notify::GENERIC, "del", key);
     } else {
         v.set_expire(key, when as u64);
+        ctx.notify(notify::GENERIC, "expire", key);
     }
     Ok(Frame::Integer(1))
 }
@@ -272,6 +275,7 @@ fn persist(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         Some(false) => Ok(Frame::Integer(0)),
         Some(true) => {
             v.set_expire(key, 0);
+            ctx.notify(notify::GENERIC, "persist", key);
             Ok(Frame::Integer(1))
         }
     }

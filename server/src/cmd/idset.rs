@@ -50,6 +50,7 @@ use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, Ctx};
 use crate::db::{Change, IdSet, Value};
 use crate::error::{CmdError, CmdResult};
+use crate::notify;
 
 const ONE_KEY_READ: u32 = spec::READONLY | spec::FAST;
 
@@ -277,7 +278,11 @@ fn load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         }
     };
     let expire_at = expire_ms.map_or(0, |ms| v.now_ms().saturating_add(ms as u64));
-    v.insert(key, Value::IdSet(set), expire_at);
+    let created = v.insert(key, Value::IdSet(set), expire_at).is_none();
+    ctx.notify_write(notify::SET, "idset.load", key, created);
+    if expire_at != 0 {
+        ctx.notify(notify::GENERIC, "expire", key);
+    }
     Ok(Frame::Integer(len as i64))
 }
 
@@ -394,8 +399,18 @@ fn add(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         return Err(CmdError::WrongArity(ctx.spec.name.into()));
     }
     let ids = parse_ids(&args[first..])?;
-    match setcore::add(ctx, &args[1], &ids, xx, seq)? {
-        Some(added) => Ok(Frame::Integer(added as i64)),
+    let key = &args[1];
+    match setcore::add(ctx, key, &ids, xx, seq)? {
+        Some(added) if added.dropped => {
+            ctx.notify(notify::SET, "idset.drop", key);
+            Ok(Frame::Null)
+        }
+        Some(added) => {
+            if added.n > 0 {
+                ctx.notify_write(notify::SET, "idset.add", key, added.created);
+            }
+            Ok(Frame::Integer(added.n as i64))
+        }
         None => Ok(Frame::Null),
     }
 }
@@ -409,9 +424,19 @@ fn rem(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let ids = parse_ids(&args[first..])?;
     let late = &ctx.server.stats.idset_late_changes;
     let v = ctx.view();
-    match setcore::apply(v, &args[1], Change::Remove(&ids), seq.map(|s| (s, late)))? {
-        Applied::Changed(removed) => Ok(Frame::Integer(removed as i64)),
-        Applied::Missing | Applied::DroppedLate => Ok(Frame::Null),
+    let key = &args[1];
+    match setcore::apply(v, key, Change::Remove(&ids), seq.map(|s| (s, late)))? {
+        Applied::Changed(removed) => {
+            if removed > 0 {
+                ctx.notify(notify::SET, "idset.rem", key);
+            }
+            Ok(Frame::Integer(removed as i64))
+        }
+        Applied::DroppedLate => {
+            ctx.notify(notify::SET, "idset.drop", key);
+            Ok(Frame::Null)
+        }
+        Applied::Missing => Ok(Frame::Null),
     }
 }
 

@@ -488,7 +488,7 @@ fn info_stats(server: &Server, out: &mut String) {
     let (channels, patterns) = server.pubsub.counts();
     field(out, "pubsub_channels", channels);
     field(out, "pubsub_patterns", patterns);
-    field(out, "pubsubshard_channels", 0);
+    field(out, "pubsubshard_channels", server.pubsub.shard_count());
     field(out, "latest_fork_usec", 0);
     field(out, "total_forks", 0);
     field(out, "migrate_cached_sockets", 0);

@@ -182,6 +182,7 @@ fn key_spec_flags(spec: &CommandSpec) -> &'static [&'static [&'static str]] {
         "copy" => &[&["RO", "access"], &["OW", "update"]],
         "sinterstore" | "sunionstore" | "sdiffstore" => &[&["RW", "update"], &["RO", "access"]],
         "smove" => &[&["RW", "access", "delete"], &["RW", "insert"]],
+        "ssubscribe" | "sunsubscribe" | "spublish" => &[&["not_key"]],
         _ if spec.has(spec::WRITE) => RW_UPDATE,
         _ if spec.has(spec::READONLY) => RO_ACCESS,
         _ => RO,
@@ -442,6 +443,8 @@ fn keys_of(target: &[Bytes]) -> Result<(&'static CommandSpec, Vec<usize>), CmdEr
                 .ok_or_else(|| CmdError::err("Invalid arguments specified for command"))?;
             (at + 1..=at + n).collect()
         }
+        // Shard channels sit in key positions for routing, but are not keys.
+        _ if key_spec_flags(spec) == [&["not_key"][..]] => Vec::new(),
         _ => spec.key_indices(target).unwrap_or_default(),
     };
     if keys.is_empty() {

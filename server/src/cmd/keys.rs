@@ -20,6 +20,7 @@ use super::{eq_ic, parse_i64, parse_i64_opt, Ctx};
 use crate::db::{Entry, ShardMap, View, SHARDS};
 use crate::error::{CmdError, CmdResult};
 use crate::glob;
+use crate::notify;
 
 /// Key at `args[2]` (the OBJECT subcommands).
 const KEY_AT_2: Keys = Keys::Range {
@@ -199,8 +200,13 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
 /// separate lazy-free path and both count the live keys they removed (a key named
 /// twice counts once, as in Redis).
 fn del(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let v = ctx.view();
-    let removed = args[1..].iter().filter(|k| v.remove(k).is_some()).count();
+    let mut removed = 0;
+    for key in &args[1..] {
+        if ctx.view().remove(key).is_some() {
+            removed += 1;
+            ctx.notify(notify::GENERIC, "del", key);
+        }
+    }
     Ok(Frame::Integer(removed as i64))
 }
 
@@ -531,6 +537,10 @@ fn rename_generic(ctx: &mut Ctx<'_, '_>, args: &[Bytes], nx: bool) -> CmdResult 
         .expect("source checked live under the same lock");
     let expire_at = entry.expire_at().unwrap_or(0);
     v.insert(dst, entry.into_value(), expire_at);
+    // Redis re-adds the destination, so it reports it new even over an old key.
+    ctx.notify(notify::NEW, "new", dst);
+    ctx.notify(notify::GENERIC, "rename_from", src);
+    ctx.notify(notify::GENERIC, "rename_to", dst);
     Ok(if nx { Frame::Integer(1) } else { Frame::ok() })
 }
 

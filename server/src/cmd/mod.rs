@@ -293,6 +293,41 @@ impl<'a, 'v> Ctx<'a, 'v> {
         self.then = Then::Park(wait);
     }
 
+    /// Publishes a keyspace notification for `key` (`crate::notify`), after the
+    /// expiries this command's view has met so far, so subscribers see them in
+    /// Redis's order (`expired`, then `new`, then the command's event). Costs one
+    /// relaxed load while notifications are off.
+    pub fn notify(&mut self, class: u32, event: &'static str, key: &[u8]) {
+        let server = self.server;
+        if server.config.notify_keyspace_events.get() & (class | crate::notify::EXPIRED) == 0 {
+            return;
+        }
+        let view = match &mut self.view {
+            ViewSlot::Own(v) => Some(v),
+            ViewSlot::Exec(v) => Some(&mut **v),
+            ViewSlot::Unlocked => None,
+        };
+        if let Some(v) = view.filter(|v| !v.expired_keys.is_empty()) {
+            let expired = std::mem::take(&mut v.expired_keys);
+            crate::notify::events(
+                server,
+                crate::notify::EXPIRED,
+                "expired",
+                expired.iter().map(|k| &k[..]),
+            );
+        }
+        crate::notify::event(server, class, event, key);
+    }
+
+    /// [`notify`](Self::notify) of `new` when a write created `key`, then of
+    /// `event`.
+    pub fn notify_write(&mut self, class: u32, event: &'static str, key: &[u8], created: bool) {
+        if created {
+            self.notify(crate::notify::NEW, "new", key);
+        }
+        self.notify(class, event, key);
+    }
+
     /// Sends `frame` as a reply of its own, before the one the handler returns:
     /// for commands that answer once per argument (SUBSCRIBE).
     pub fn reply_before(&mut self, frame: Frame) {
@@ -479,7 +514,15 @@ fn execute(
 fn allowed_subscribed(spec: &CommandSpec) -> bool {
     matches!(
         spec.name,
-        "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "ping" | "quit" | "reset"
+        "subscribe"
+            | "unsubscribe"
+            | "psubscribe"
+            | "punsubscribe"
+            | "ssubscribe"
+            | "sunsubscribe"
+            | "ping"
+            | "quit"
+            | "reset"
     )
 }
 

@@ -1,12 +1,17 @@
-//! SUBSCRIBE, UNSUBSCRIBE, PSUBSCRIBE, PUNSUBSCRIBE, PUBLISH and PUBSUB: the
-//! command side of pub/sub. The registry and delivery are `crate::pubsub`; this
-//! family parses arguments and shapes replies.
+//! SUBSCRIBE, UNSUBSCRIBE, PSUBSCRIBE, PUNSUBSCRIBE, PUBLISH, their sharded
+//! forms (SSUBSCRIBE, SUNSUBSCRIBE, SPUBLISH) and PUBSUB: the command side of
+//! pub/sub. The registry and delivery are `crate::pubsub`; this family parses
+//! arguments and shapes replies.
+//!
+//! Shard channels are declared as keys, as Redis's command table declares them
+//! (a cluster routes them by slot like keys): COMMAND INFO reports their key
+//! specs, and a script that publishes to one declares it in KEYS.
 
 use bytes::Bytes;
 use relcache_protocol::resp::Frame;
 
 use super::introspect::help_reply;
-use super::spec::{self, CommandSpec, Group};
+use super::spec::{self, CommandSpec, Group, Keys};
 use super::Ctx;
 use crate::error::{CmdError, CmdResult};
 use crate::pubsub::{self, Kind};
@@ -71,6 +76,42 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
         ..CommandSpec::DEFAULT
     },
     CommandSpec {
+        name: "ssubscribe",
+        arity: -2,
+        flags: SUBSCRIBING,
+        keys: Keys::ALL_ARGS,
+        group: Group::Pubsub,
+        since: "7.0.0",
+        summary: "Listens for messages published to shard channels.",
+        complexity: "O(N) where N is the number of shard channels to subscribe to.",
+        handler: ssubscribe,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "sunsubscribe",
+        arity: -1,
+        flags: SUBSCRIBING,
+        keys: Keys::ALL_ARGS,
+        group: Group::Pubsub,
+        since: "7.0.0",
+        summary: "Stops listening to messages posted to shard channels.",
+        complexity: "O(N) where N is the number of shard channels to unsubscribe.",
+        handler: sunsubscribe,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "spublish",
+        arity: 3,
+        flags: INSPECTING | spec::FAST,
+        keys: Keys::ONE,
+        group: Group::Pubsub,
+        since: "7.0.0",
+        summary: "Post a message to a shard channel",
+        complexity: "O(N) where N is the number of clients subscribed to the receiving shard channel.",
+        handler: spublish,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
         name: "pubsub",
         arity: -2,
         group: Group::Pubsub,
@@ -116,6 +157,28 @@ const PUBSUB_SUBCOMMANDS: &[CommandSpec] = &[
         ..CommandSpec::DEFAULT
     },
     CommandSpec {
+        name: "pubsub|shardchannels",
+        arity: -2,
+        flags: INSPECTING,
+        group: Group::Pubsub,
+        since: "7.0.0",
+        summary: "Returns the active shard channels.",
+        complexity: "O(N) where N is the number of active shard channels, and assuming constant time pattern matching (relatively short shard channels).",
+        handler: shardchannels,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "pubsub|shardnumsub",
+        arity: -2,
+        flags: INSPECTING,
+        group: Group::Pubsub,
+        since: "7.0.0",
+        summary: "Returns the count of subscribers of shard channels.",
+        complexity: "O(N) for the SHARDNUMSUB subcommand, where N is the number of requested shard channels",
+        handler: shardnumsub,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
         name: "pubsub|help",
         arity: 2,
         flags: spec::LOADING | spec::STALE,
@@ -156,24 +219,55 @@ fn punsubscribe(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     confirmations(ctx, replies)
 }
 
+fn ssubscribe(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let replies = pubsub::subscribe(ctx.server, ctx.session, Kind::Shard, &args[1..]);
+    confirmations(ctx, replies)
+}
+
+fn sunsubscribe(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let replies = pubsub::unsubscribe(ctx.server, ctx.session, Kind::Shard, &args[1..]);
+    confirmations(ctx, replies)
+}
+
 fn publish(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let receivers = pubsub::publish(ctx.server, &args[1], &args[2]);
     Ok(Frame::Integer(receivers as i64))
 }
 
+fn spublish(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let receivers = pubsub::spublish(ctx.server, &args[1], &args[2]);
+    Ok(Frame::Integer(receivers as i64))
+}
+
 fn channels(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    channels_of(ctx, args, Kind::Channel)
+}
+
+fn shardchannels(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    channels_of(ctx, args, Kind::Shard)
+}
+
+fn channels_of(ctx: &mut Ctx<'_, '_>, args: &[Bytes], kind: Kind) -> CmdResult {
     if args.len() > 3 {
         return Err(syntax_error(&args[1]));
     }
     let pattern = args.get(2).map(|p| &p[..]);
-    let names = ctx.server.pubsub.channels(pattern);
+    let names = ctx.server.pubsub.channels(kind, pattern);
     Ok(Frame::Array(names.into_iter().map(Frame::Bulk).collect()))
 }
 
 fn numsub(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    numsub_of(ctx, args, Kind::Channel)
+}
+
+fn shardnumsub(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    numsub_of(ctx, args, Kind::Shard)
+}
+
+fn numsub_of(ctx: &mut Ctx<'_, '_>, args: &[Bytes], kind: Kind) -> CmdResult {
     let mut out = Vec::with_capacity(2 * (args.len() - 2));
     for channel in &args[2..] {
-        let n = ctx.server.pubsub.numsub(channel);
+        let n = ctx.server.pubsub.numsub(kind, channel);
         out.push(Frame::Bulk(channel.clone()));
         out.push(Frame::Integer(n as i64));
     }
@@ -205,6 +299,10 @@ fn help(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
             "NUMSUB [<channel> ...]",
             "    Return the number of subscribers for the specified channels, excluding",
             "    pattern subscriptions(default: no channels).",
+            "SHARDCHANNELS [<pattern>]",
+            "    Return the currently active shard level channels matching a <pattern> (default: '*').",
+            "SHARDNUMSUB [<shardchannel> ...]",
+            "    Return the number of subscribers for the specified shard level channel(s)",
         ],
     ))
 }

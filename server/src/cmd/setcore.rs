@@ -65,7 +65,7 @@ pub(super) fn add(
     ids: &[u64],
     only_if_present: bool,
     seq: Option<u64>,
-) -> Result<Option<u64>, CmdError> {
+) -> Result<Option<Added>, CmdError> {
     let mut fresh =
         (!only_if_present && ids.len() > SPECULATIVE_BUILD_MIN).then(|| IdSet::build(ids));
     let may_release = !ctx.in_exec();
@@ -75,7 +75,8 @@ pub(super) fn add(
         None if only_if_present => return Ok(None),
         None => {
             let set = fresh.take().unwrap_or_else(|| IdSet::build(ids));
-            return Ok(Some(create(v, key, set.with_seq(seq.unwrap_or(0)))));
+            let n = create(v, key, set.with_seq(seq.unwrap_or(0))).0;
+            return Ok(Some(Added::changed(n, true)));
         }
         Some(e) => {
             let set = e.value().as_idset()?;
@@ -84,7 +85,7 @@ pub(super) fn add(
                 // Out-of-order and repeated changes, and in-order ones that add
                 // nothing, are settled under the lock below.
                 _ if seq.is_some_and(|s| set.order(s) != Order::Next) => None,
-                None if seq.is_none() => return Ok(Some(0)),
+                None if seq.is_none() => return Ok(Some(Added::NOTHING)),
                 None => None,
                 Some(first_new) => {
                     let new = &ids[first_new..];
@@ -128,22 +129,54 @@ pub(super) fn add(
 
 /// Adds `ids` under the lock: into the set at `key`, or a new set unless
 /// `only_if_present`. A sequenced change, `(seq, late)`, is applied only in order
-/// (see [`apply`]). Returns how many ids were new, or `None` when nothing was
-/// created or the set was dropped.
+/// (see [`apply`]). Returns what it did, or `None` when there was no set and
+/// none was to be created.
 pub(super) fn insert(
     v: &mut View<'_>,
     key: &[u8],
     ids: &[u64],
     only_if_present: bool,
     sequenced: Option<(u64, &Counter)>,
-) -> Result<Option<u64>, CmdError> {
+) -> Result<Option<Added>, CmdError> {
     match apply(v, key, Change::Add(ids), sequenced)? {
-        Applied::Changed(added) => Ok(Some(added)),
+        Applied::Changed(n) => Ok(Some(Added::changed(n, false))),
         Applied::Missing if !only_if_present => {
             let seq = sequenced.map_or(0, |(s, _)| s);
-            Ok(Some(create(v, key, IdSet::build(ids).with_seq(seq))))
+            let n = create(v, key, IdSet::build(ids).with_seq(seq)).0;
+            Ok(Some(Added::changed(n, true)))
         }
-        Applied::Missing | Applied::DroppedLate => Ok(None),
+        Applied::DroppedLate => Ok(Some(Added {
+            dropped: true,
+            ..Added::NOTHING
+        })),
+        Applied::Missing => Ok(None),
+    }
+}
+
+/// What [`add`] or [`insert`] did to a set that was there or is now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Added {
+    /// Ids that were not members before.
+    pub n: u64,
+    /// Whether the key was created (keyspace notifications' `new`).
+    pub created: bool,
+    /// A numbered change that came out of order: the set is gone.
+    pub dropped: bool,
+}
+
+impl Added {
+    pub const NOTHING: Added = Added {
+        n: 0,
+        created: false,
+        dropped: false,
+    };
+
+    fn changed(n: u64, created: bool) -> Added {
+        Added {
+            n,
+            created,
+            dropped: false,
+        }
     }
 }
 
@@ -189,11 +222,11 @@ pub(super) fn apply(
 }
 
 /// Stores `set` as a new value at `key` (replacing whatever was there, without an
-/// expiry) and returns its size.
-pub(super) fn create(v: &mut View<'_>, key: &[u8], set: IdSet) -> u64 {
+/// expiry) and returns its size and whether the key is new.
+pub(super) fn create(v: &mut View<'_>, key: &[u8], set: IdSet) -> (u64, bool) {
     let n = set.len();
-    v.insert(key, Value::IdSet(set), 0);
-    n
+    let created = v.insert(key, Value::IdSet(set), 0).is_none();
+    (n, created)
 }
 
 // ---- Scans: SSCAN and IDSET.SCAN. ----

@@ -26,11 +26,12 @@ use relcache_protocol::idset::TableRef;
 use relcache_protocol::resp::Frame;
 
 use super::ids::{id_frame, member_frames, parse_cursor, parse_id_opt, parse_ids};
-use super::setcore::{self, scan_page, scan_reply, PageLimit, ScanOpts};
+use super::setcore::{self, scan_page, scan_reply, Added, PageLimit, ScanOpts};
 use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, parse_i64_opt, Ctx};
 use crate::db::{self, IdSet, Value, View};
 use crate::error::{CmdError, CmdResult};
+use crate::notify;
 
 /// Membership commands parse up to this many ids into a stack buffer.
 const STACK_IDS: usize = 128;
@@ -237,24 +238,31 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
 
 /// Removes `ids` from the set at `key`, deleting the key when it becomes empty, as
 /// Redis does. Returns how many were members.
-fn remove_ids(v: &mut View<'_>, key: &[u8], ids: &[u64]) -> u64 {
-    let Some(e) = v.get_mut(key) else { return 0 };
+/// Returns how many were members, and whether the key went.
+fn remove_ids(v: &mut View<'_>, key: &[u8], ids: &[u64]) -> (u64, bool) {
+    let Some(e) = v.get_mut(key) else {
+        return (0, false);
+    };
     let Value::IdSet(set) = e.value_mut() else {
-        return 0;
+        return (0, false);
     };
     let removed = set.remove_many(ids);
-    if set.is_empty() {
+    let emptied = set.is_empty();
+    if emptied {
         v.remove(key);
     }
-    removed
+    (removed, emptied)
 }
 
 // ---- Single-key commands. ----
 
 fn sadd(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let ids = parse_ids(&args[2..])?;
-    let added = setcore::add(ctx, &args[1], &ids, false, None)?.unwrap_or(0);
-    Ok(Frame::Integer(added as i64))
+    let added = setcore::add(ctx, &args[1], &ids, false, None)?.unwrap_or(Added::NOTHING);
+    if added.n > 0 {
+        ctx.notify_write(notify::SET, "sadd", &args[1], added.created);
+    }
+    Ok(Frame::Integer(added.n as i64))
 }
 
 fn srem(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
@@ -270,7 +278,12 @@ fn srem(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     if !ids.iter().any(|&id| table.contains(id)) {
         return Ok(Frame::Integer(0));
     }
-    Ok(Frame::Integer(remove_ids(v, key, &ids) as i64))
+    let (removed, emptied) = remove_ids(v, key, &ids);
+    ctx.notify(notify::SET, "srem", key);
+    if emptied {
+        ctx.notify(notify::GENERIC, "del", key);
+    }
+    Ok(Frame::Integer(removed as i64))
 }
 
 fn sismember(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
@@ -383,6 +396,15 @@ enum SetOp {
 }
 
 impl SetOp {
+    /// The keyspace event of the *STORE form.
+    fn store_event(self) -> &'static str {
+        match self {
+            SetOp::Inter => "sinterstore",
+            SetOp::Union => "sunionstore",
+            SetOp::Diff => "sdiffstore",
+        }
+    }
+
     /// The members of the result, each once.
     fn apply(self, sets: Vec<Option<TableRef<'_>>>) -> Vec<u64> {
         match self {
@@ -466,10 +488,13 @@ fn set_op_store(ctx: &mut Ctx<'_, '_>, args: &[Bytes], op: SetOp) -> CmdResult {
     let ids = op.apply(read_sets(v, &args[2..])?);
     let dst = &args[1];
     if ids.is_empty() {
-        v.remove(dst);
+        if v.remove(dst).is_some() {
+            ctx.notify(notify::GENERIC, "del", dst);
+        }
         return Ok(Frame::Integer(0));
     }
-    let n = setcore::create(v, dst, IdSet::build(&ids));
+    let (n, created) = setcore::create(v, dst, IdSet::build(&ids));
+    ctx.notify_write(notify::SET, op.store_event(), dst, created);
     Ok(Frame::Integer(n as i64))
 }
 
@@ -556,8 +581,15 @@ fn smove(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     if src == dst {
         return Ok(Frame::Integer(1));
     }
-    remove_ids(v, src, &[id]);
-    setcore::insert(v, dst, &[id], false, None)?;
+    let (_, emptied) = remove_ids(v, src, &[id]);
+    let added = setcore::insert(v, dst, &[id], false, None)?;
+    ctx.notify(notify::SET, "srem", src);
+    if emptied {
+        ctx.notify(notify::GENERIC, "del", src);
+    }
+    if let Some(added) = added.filter(|a| a.n > 0) {
+        ctx.notify_write(notify::SET, "sadd", dst, added.created);
+    }
     Ok(Frame::Integer(1))
 }
 
@@ -701,11 +733,17 @@ fn spop(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         Some(c) if c >= table.len() => {
             let all: Vec<u64> = table.iter().collect();
             v.remove(key);
+            ctx.notify(notify::SET, "spop", key);
+            ctx.notify(notify::GENERIC, "del", key);
             return Ok(Frame::Set(member_frames(all.iter().copied(), all.len())));
         }
         Some(c) => random_distinct(&table, c as usize, &mut rng),
     };
-    remove_ids(v, key, &popped);
+    let (_, emptied) = remove_ids(v, key, &popped);
+    ctx.notify(notify::SET, "spop", key);
+    if emptied {
+        ctx.notify(notify::GENERIC, "del", key);
+    }
     Ok(match count {
         None => id_frame(popped[0]),
         Some(_) => Frame::Set(member_frames(popped.iter().copied(), popped.len())),

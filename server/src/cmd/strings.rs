@@ -32,6 +32,7 @@ use super::{eq_ic, parse_i64, parse_i64_opt, Ctx};
 use crate::db::{Entry, Value};
 use crate::error::{CmdError, CmdResult};
 use crate::longdouble::Ld;
+use crate::notify;
 
 const GETRANGE_COMPLEXITY: &str = "O(N) where N is the length of the returned string. The complexity is ultimately determined by the returned length, but because creating a substring from an existing string is very cheap, it can be considered O(1) for small strings.";
 
@@ -471,11 +472,15 @@ fn set_generic(ctx: &mut Ctx<'_, '_>, key: &[u8], value: Value, plan: SetPlan) -
         None if plan.keepttl => found.flatten().unwrap_or(0),
         None => 0,
     };
-    if expire_at != 0 && expire_at <= now {
+    let created = if expire_at != 0 && expire_at <= now {
         // An absolute time already past: the key is set and expires at once.
-        view.remove(key);
+        view.remove(key).is_none()
     } else {
-        view.insert(key, value, expire_at);
+        view.insert(key, value, expire_at).is_none()
+    };
+    ctx.notify_write(notify::STRING, "set", key, created);
+    if plan.expiry.is_some() {
+        ctx.notify(notify::GENERIC, "expire", key);
     }
     Ok(old.unwrap_or(plan.ok))
 }
@@ -543,13 +548,16 @@ fn getex(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             let at = x.resolve(view.now_ms());
             if x.is_absolute() && at <= view.now_ms() {
                 view.remove(key);
+                ctx.notify(notify::GENERIC, "del", key);
             } else {
                 view.set_expire(key, at);
+                ctx.notify(notify::GENERIC, "expire", key);
             }
         }
         // Only an actual change counts as a write (WATCH).
         None if o.persist && has_ttl => {
             view.set_expire(key, 0);
+            ctx.notify(notify::GENERIC, "persist", key);
         }
         None => {}
     }
@@ -563,6 +571,7 @@ fn getdel(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     };
     let value = get_reply(e)?;
     view.remove(&args[1]);
+    ctx.notify(notify::GENERIC, "del", &args[1]);
     Ok(value)
 }
 
@@ -574,7 +583,8 @@ fn getset(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         None => Frame::Null,
     };
     // A plain SET: the old TTL goes.
-    view.insert(&args[1], value, 0);
+    let created = view.insert(&args[1], value, 0).is_none();
+    ctx.notify_write(notify::STRING, "set", &args[1], created);
     Ok(old)
 }
 
@@ -608,9 +618,9 @@ fn pairs(ctx: &Ctx<'_, '_>, args: &[Bytes]) -> Result<Vec<(usize, Value)>, CmdEr
 
 fn mset(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let pairs = pairs(ctx, args)?;
-    let view = ctx.view();
     for (i, value) in pairs {
-        view.insert(&args[i], value, 0);
+        let created = ctx.view().insert(&args[i], value, 0).is_none();
+        ctx.notify_write(notify::STRING, "set", &args[i], created);
     }
     Ok(Frame::ok())
 }
@@ -624,7 +634,8 @@ fn msetnx(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         return Ok(Frame::Integer(0));
     }
     for (i, value) in pairs {
-        view.insert(&args[i], value, 0);
+        ctx.view().insert(&args[i], value, 0);
+        ctx.notify_write(notify::STRING, "set", &args[i], true);
     }
     Ok(Frame::Integer(1))
 }
@@ -641,6 +652,7 @@ fn append(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let Some(current) = current else {
         ctx.view()
             .insert(key, Value::Str(Bytes::copy_from_slice(extra)), 0);
+        ctx.notify_write(notify::STRING, "append", key, true);
         return Ok(Frame::Integer(extra.len() as i64));
     };
     check_length(ctx, current as u64, extra.len() as u64)?;
@@ -652,6 +664,7 @@ fn append(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     buf.extend_from_slice(extra);
     let len = buf.len();
     *entry.value_mut() = Value::Str(buf.freeze());
+    ctx.notify(notify::STRING, "append", key);
     Ok(Frame::Integer(len as i64))
 }
 
@@ -715,6 +728,7 @@ fn setrange(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             buf[offset as usize..].copy_from_slice(patch);
             let len = buf.len();
             ctx.view().insert(key, Value::Str(Bytes::from(buf)), 0);
+            ctx.notify_write(notify::STRING, "setrange", key, true);
             Ok(Frame::Integer(len as i64))
         }
         Some(_) => {
@@ -731,6 +745,7 @@ fn setrange(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             buf[offset as usize..end].copy_from_slice(patch);
             let len = buf.len();
             *entry.value_mut() = Value::Str(buf.freeze());
+            ctx.notify(notify::STRING, "setrange", key);
             Ok(Frame::Integer(len as i64))
         }
     }
@@ -771,7 +786,10 @@ fn incr_by(ctx: &mut Ctx<'_, '_>, key: &[u8], by: i64) -> CmdResult {
         None => (0, 0),
     };
     let new = current.checked_add(by).ok_or(CmdError::Overflow)?;
-    view.insert(key, Value::Str(int_bytes(new)), expire_at);
+    let created = view
+        .insert(key, Value::Str(int_bytes(new)), expire_at)
+        .is_none();
+    ctx.notify_write(notify::STRING, "incrby", key, created);
     Ok(Frame::Integer(new))
 }
 
@@ -793,7 +811,10 @@ fn incrbyfloat(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         .add(by)
         .ok_or_else(|| CmdError::err("increment would produce NaN or Infinity"))?;
     let text = Bytes::from(sum.to_human());
-    view.insert(key, Value::Str(text.clone()), expire_at);
+    let created = view
+        .insert(key, Value::Str(text.clone()), expire_at)
+        .is_none();
+    ctx.notify_write(notify::STRING, "incrbyfloat", key, created);
     Ok(Frame::Bulk(text))
 }
 

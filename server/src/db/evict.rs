@@ -54,15 +54,17 @@ pub struct Evictor {
 }
 
 impl Evictor {
-    /// Evicts keys while `over()` says memory is still over the limit. Returns the
-    /// number of keys evicted and whether it had to stop with memory still over (no
-    /// key the policy may evict).
+    /// Evicts keys while `over()` says memory is still over the limit, telling
+    /// `evicted` each key once its shard lock is released (the server publishes
+    /// it). Returns the number of keys evicted and whether it had to stop with
+    /// memory still over (no key the policy may evict).
     pub fn evict(
         &self,
         db: &Db,
         policy: Policy,
         samples: usize,
         mut over: impl FnMut() -> bool,
+        mut evicted_key: impl FnMut(&[u8]),
     ) -> (u64, bool) {
         if policy == Policy::NoEviction {
             return (0, over());
@@ -76,9 +78,10 @@ impl Evictor {
                 self.pooled_victim(db, policy, samples.max(1))
             };
             match victim {
-                Some(entry) => {
+                Some((key, entry)) => {
                     // Freed here, after the shard lock was released.
                     drop(entry);
+                    evicted_key(&key);
                     evicted += 1;
                     empty_rounds = 0;
                 }
@@ -93,7 +96,7 @@ impl Evictor {
         (evicted, false)
     }
 
-    fn random_victim(&self, db: &Db, policy: Policy) -> Option<Entry> {
+    fn random_victim(&self, db: &Db, policy: Policy) -> Option<(Key, Entry)> {
         let mut rng = rand::thread_rng();
         let start = rng.gen_range(0..SHARDS);
         for n in 0..SHARDS {
@@ -117,13 +120,13 @@ impl Evictor {
                     shard.len.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                     db.removed_by_server(idx, &key);
                 }
-                return entry;
+                return entry.map(|e| (key, e));
             }
         }
         None
     }
 
-    fn pooled_victim(&self, db: &Db, policy: Policy, samples: usize) -> Option<Entry> {
+    fn pooled_victim(&self, db: &Db, policy: Policy, samples: usize) -> Option<(Key, Entry)> {
         let mut pool = self.pool.lock();
         self.sample_into(&mut pool, db, policy, samples);
         // Best candidates are at the end.
@@ -148,7 +151,7 @@ impl Evictor {
                 shard.len.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                 db.removed_by_server(c.shard, &c.key);
             }
-            return entry;
+            return entry.map(|e| (c.key, e));
         }
         None
     }
@@ -238,11 +241,19 @@ mod tests {
         }
         let ev = Evictor::default();
         let mut left = 500;
-        let (n, stuck) = ev.evict(&db, Policy::AllKeysLru, 5, || {
-            left -= 1;
-            left >= 0
-        });
+        let mut told = Vec::new();
+        let (n, stuck) = ev.evict(
+            &db,
+            Policy::AllKeysLru,
+            5,
+            || {
+                left -= 1;
+                left >= 0
+            },
+            |k| told.push(k.to_vec()),
+        );
         assert_eq!((n, stuck), (500, false));
+        assert_eq!(told.len(), 500, "each evicted key is told once");
         let v = db.view(&keys, false, LockMode::Read);
         let recent_kept = keys[..1000].iter().filter(|k| v.peek(k).is_some()).count();
         let old_kept = keys[1000..].iter().filter(|k| v.peek(k).is_some()).count();
@@ -256,12 +267,18 @@ mod tests {
         let db = Db::new();
         let keys = fill(&db, 100, 10); // 10 keys with a TTL
         let ev = Evictor::default();
-        let (n, stuck) = ev.evict(&db, Policy::VolatileTtl, 5, || db.volatile_len() > 0);
+        let (n, stuck) = ev.evict(
+            &db,
+            Policy::VolatileTtl,
+            5,
+            || db.volatile_len() > 0,
+            |_| {},
+        );
         assert_eq!((n, stuck), (10, false));
         assert_eq!(db.len(), 90);
-        let (n, stuck) = ev.evict(&db, Policy::VolatileLru, 5, || true);
+        let (n, stuck) = ev.evict(&db, Policy::VolatileLru, 5, || true, |_| {});
         assert_eq!((n, stuck), (0, true), "nothing volatile left to evict");
-        let (n, _) = ev.evict(&db, Policy::AllKeysRandom, 5, || db.len() > 50);
+        let (n, _) = ev.evict(&db, Policy::AllKeysRandom, 5, || db.len() > 50, |_| {});
         assert_eq!(n, 40);
         let _ = keys;
     }

@@ -35,8 +35,10 @@ pub struct Sweep {
     pub ttl_rounds: u32,
 }
 
-/// Runs one sweep with the given time budget.
-pub fn active_expire_cycle(db: &Db, budget: Duration) -> Sweep {
+/// Runs one sweep with the given time budget, telling `expired_key` each key it
+/// removes while that key's shard is still locked (the server publishes it), so a
+/// write that recreates the key cannot be reported before its expiry.
+pub fn active_expire_cycle(db: &Db, budget: Duration, mut expired_key: impl FnMut(&[u8])) -> Sweep {
     let start = Instant::now();
     let mut rng = rand::thread_rng();
     let mut sweep = Sweep::default();
@@ -86,6 +88,7 @@ pub fn active_expire_cycle(db: &Db, budget: Duration) -> Sweep {
                     shard.len.fetch_sub(1, Relaxed);
                     db.removed_by_server(idx, key);
                     sweep.removed += 1;
+                    expired_key(key);
                 }
             }
             // Keep going only while the shard looks dense with expired keys.
@@ -122,9 +125,19 @@ mod tests {
         }
         assert_eq!(db.len(), 2000);
         let mut removed = 0;
+        let mut told = Vec::new();
         for _ in 0..200 {
-            removed += active_expire_cycle(&db, Duration::from_millis(50)).removed;
+            let tell = |k: &[u8]| told.push(k.to_vec());
+            removed += active_expire_cycle(&db, Duration::from_millis(50), tell).removed;
         }
+        assert_eq!(told.len() as u64, removed, "each removed key is told once");
+        let number = |k: &[u8]| {
+            std::str::from_utf8(&k[1..])
+                .unwrap()
+                .parse::<usize>()
+                .unwrap()
+        };
+        assert!(told.iter().all(|k| number(k) % 2 == 0), "only expired keys");
         // Sampling is probabilistic per shard, but 200 passes of a dense shard leave
         // essentially nothing; the live half must be untouched.
         assert!(removed >= 990, "removed {removed}");
@@ -133,7 +146,7 @@ mod tests {
         assert!(keys.iter().skip(1).step_by(2).all(|k| v.get(k).is_some()));
         drop(v);
         // The live half has an hour left; the sample says so.
-        let s = active_expire_cycle(&db, Duration::from_millis(50));
+        let s = active_expire_cycle(&db, Duration::from_millis(50), |_| {});
         assert!(s.saw_volatile && s.ttl_samples > 0);
         let avg = s.ttl_sum / s.ttl_samples;
         assert!((3_500_000..=3_600_000).contains(&avg), "avg {avg}");

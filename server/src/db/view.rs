@@ -40,6 +40,9 @@ pub struct View<'a> {
     lru: u32,
     /// Keys removed because they had expired; the caller adds them to the stats.
     pub expired: u64,
+    /// Which keys those were, for the caller to publish (keyspace notifications).
+    /// Empty, and unallocated, unless a command met an expired key.
+    pub expired_keys: Vec<super::Key>,
     hits: Cell<u64>,
     misses: Cell<u64>,
     /// The client whose command this is (0: the server's own work), for
@@ -69,6 +72,7 @@ impl<'a> View<'a> {
             now_ms: now,
             lru: now as u32,
             expired: 0,
+            expired_keys: Vec::new(),
             hits: Cell::new(0),
             misses: Cell::new(0),
             client: 0,
@@ -188,6 +192,7 @@ impl<'a> View<'a> {
                 shard.len.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                 self.expired += 1;
                 changed(db, key, 0);
+                self.expired_keys.push(super::Key::copy_from(key));
                 None
             }
             Lookup::Absent => None,
@@ -207,7 +212,13 @@ impl<'a> View<'a> {
                 shard.len.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 None
             }
-            Some(e) if e.is_expired(now) => None,
+            Some(e) if e.is_expired(now) => {
+                // Replacing an expired key expires it first, as Redis's lookup
+                // for a write does.
+                self.expired += 1;
+                self.expired_keys.push(super::Key::copy_from(key));
+                None
+            }
             Some(e) => Some(e),
         }
     }
@@ -221,6 +232,7 @@ impl<'a> View<'a> {
         if e.is_expired(now) {
             self.expired += 1;
             changed(self.db, key, 0);
+            self.expired_keys.push(super::Key::copy_from(key));
             return None;
         }
         self.db.dirty.incr();
