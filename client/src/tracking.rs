@@ -272,6 +272,10 @@ async fn subscribe(
             pool: Pool::with_init(pool.clone(), vec![redirect]),
             number,
         };
+        // One tracked connection opened now, so a server without CLIENT TRACKING
+        // (or refusing the redirect) fails the session here instead of every
+        // caller's fetch; it waits in the pool for the first one.
+        drop(session.pool.get().await?);
         let (stream, leftover) = client.into_parts();
         Ok((session, stream, leftover))
     })
