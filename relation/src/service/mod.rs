@@ -35,6 +35,10 @@
 //! has been deleted ([`RelationsConfig::max_suspects`]).
 //! Lists (newest first, paged) and follower counts come from MySQL's indexes: the
 //! cache holds membership, not order.
+//!
+//! Optionally ([`RelationsConfig::local_cache`]), hot users' whole tables are also
+//! kept in process, answered from without a cache request, and dropped when the
+//! cache server's key tracking says they changed (see `local`).
 
 mod cache;
 mod fill;
