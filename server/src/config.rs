@@ -205,6 +205,9 @@ pub struct Config {
     /// A script running longer than this (ms) gets other clients' commands on its
     /// shards answered `-BUSY` and becomes killable (`busy-reply-threshold`).
     pub busy_reply_threshold: AtomicU64,
+    /// Keys the client-side caching table may hold (0: no bound); past it,
+    /// keys are dropped and their readers told, as if they had changed.
+    pub tracking_table_max_keys: AtomicU64,
     /// Scripts may touch keys they did not declare in KEYS, taking every shard.
     pub lua_allow_undeclared_keys: AtomicBool,
     /// Derived, not a parameter: see [`crate::observe::Gate`].
@@ -260,6 +263,7 @@ impl Default for Config {
             latency_tracking: AtomicBool::new(true),
             latency_tracking_info_percentiles: RwLock::new(vec![50.0, 99.0, 99.9]),
             busy_reply_threshold: AtomicU64::new(5000),
+            tracking_table_max_keys: AtomicU64::new(1_000_000),
             lua_allow_undeclared_keys: AtomicBool::new(false),
             observe_gate: crate::observe::Gate::default(),
             save_policy: RwLock::new(Vec::new()),
@@ -432,6 +436,14 @@ pub static PARAMS: &[Param] = &[
         help: "Keys sampled per eviction round (1-64)",
         get: |c| get_u(&c.maxmemory_samples),
         set: |c, v| set_u(&c.maxmemory_samples, v, 1, 64),
+    },
+    Param {
+        name: "tracking-table-max-keys",
+        mutable: true,
+        protected: false,
+        help: "Keys the client-side caching table may track; past it, keys are dropped and their readers told (0 = no limit)",
+        get: |c| get_u(&c.tracking_table_max_keys),
+        set: |c, v| set_u(&c.tracking_table_max_keys, v, 0, i64::MAX as u64),
     },
     Param {
         name: "maxmemory-clients",

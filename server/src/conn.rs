@@ -71,6 +71,7 @@ pub async fn serve(server: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>
         Closed::Limit(why) => tracing::warn!(client = info.id, addr = %info.addr, "{why}"),
     }
     blocking::set_blocked(&server, &info, false);
+    crate::tracking::disable(&server, &mut session);
     pubsub::leave(&server, &mut session);
     if session.watched.is_empty() || !server.scripts.any_running() {
         cmd::discard_session_state(&server, &mut session);

@@ -38,6 +38,7 @@ pub fn run(server: &Server) {
         // A lowered `maxmemory-clients` takes effect without waiting for a client
         // to grow.
         crate::client_memory::evict_clients(server);
+        crate::tracking::enforce_limit(server);
         let lapsed = server.db.sweep_leases();
         server.stats.lease_lapses.add(lapsed as u64);
         std::thread::sleep(period);

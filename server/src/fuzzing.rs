@@ -37,9 +37,9 @@ impl Harness {
     /// runs (keys expire lazily only).
     pub fn new(config: Config) -> Harness {
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 6379));
-        Harness {
-            server: Arc::new(Server::new(config, addr, CancellationToken::new())),
-        }
+        let server = Arc::new(Server::new(config, addr, CancellationToken::new()));
+        crate::tracking::install(&server);
+        Harness { server }
     }
 
     /// The server's configuration, for CONFIG-level checks.

@@ -30,6 +30,7 @@ mod script;
 mod server;
 mod session;
 mod stats;
+mod tracking;
 
 pub use config::Config;
 pub use listen::run;

@@ -27,6 +27,7 @@ pub async fn run(
         .ok_or_else(|| anyhow::anyhow!("no address to listen on"))?;
     let local_addr = first.local_addr()?;
     let server = Arc::new(Server::new(config, local_addr, shutdown.clone()));
+    crate::tracking::install(&server);
     crate::persist::init(&server);
     let loader = crate::persist::start_load(&server)?;
     let saver = crate::persist::start_saver(server.clone())?;

@@ -63,9 +63,34 @@ pub struct Subscriber {
     /// When its pending output went over the soft limit, in milliseconds since the
     /// client connected, plus one (0: not over).
     over_soft_since: AtomicU64,
+    /// Messages that go out after the reply of the command now running: tracking
+    /// tells a client of a change its own command made after that command's
+    /// reply, as Redis 7.2 does.
+    after_reply: parking_lot::Mutex<Vec<Bytes>>,
 }
 
 impl Subscriber {
+    pub fn info(&self) -> &Arc<ClientInfo> {
+        &self.info
+    }
+
+    /// Queues a message outside any channel (client-side caching's
+    /// invalidations), held to the limit of the client's class.
+    pub fn push(&self, server: &Server, msg: Bytes) {
+        let limit = if self.info.is_pubsub() {
+            server.config.pubsub_output_limit()
+        } else {
+            server.config.output_limit()
+        };
+        self.send(server, limit, msg);
+    }
+
+    /// Holds a message until the reply of the command now running is written
+    /// ([`after_reply`]): only the client's own command may call it.
+    pub fn push_after_reply(&self, msg: Bytes) {
+        self.after_reply.lock().push(msg);
+    }
+
     /// Queues one encoded message, unless that takes the client past its limit,
     /// in which case the client is closed instead.
     fn send(&self, server: &Server, limit: OutputLimit, msg: Bytes) {
@@ -155,9 +180,18 @@ pub struct PubSub {
     inner: RwLock<Inner>,
     /// Connections with at least one subscription (INFO `pubsub_clients`).
     clients: AtomicUsize,
+    /// Every connection that can be sent messages (it subscribed once, speaks
+    /// RESP3 or tracks keys), by client id: where tracking's invalidations for
+    /// another client are redirected.
+    endpoints: RwLock<Map<u64, Arc<Subscriber>>>,
 }
 
 impl PubSub {
+    /// The message queue of client `id`, if it has one.
+    pub fn endpoint(&self, id: u64) -> Option<Arc<Subscriber>> {
+        self.endpoints.read().get(&id).cloned()
+    }
+
     /// Channels with at least one subscriber, and distinct patterns (INFO).
     pub fn counts(&self) -> (usize, usize) {
         let inner = self.inner.read();
@@ -205,27 +239,47 @@ pub fn queued(session: &Session) -> usize {
 
 /// SUBSCRIBE / PSUBSCRIBE: one confirmation per name, each with the count of
 /// subscriptions after it.
+/// This connection's message queue, made on first use: by a SUBSCRIBE, by
+/// HELLO 3 (a RESP3 client takes push messages at any time) or by CLIENT
+/// TRACKING.
+pub fn endpoint<'s>(server: &Server, session: &'s mut Session) -> &'s mut Subscription {
+    let info = session.info.clone();
+    session.pubsub.get_or_insert_with(|| {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let me = Arc::new(Subscriber {
+            info,
+            tx,
+            queued: AtomicUsize::new(0),
+            over_soft_since: AtomicU64::new(0),
+            after_reply: parking_lot::Mutex::new(Vec::new()),
+        });
+        server
+            .pubsub
+            .endpoints
+            .write()
+            .insert(me.info.id, me.clone());
+        Box::new(Subscription {
+            me,
+            rx,
+            channels: Set::default(),
+            patterns: Set::default(),
+        })
+    })
+}
+
+impl Subscription {
+    pub fn me(&self) -> &Arc<Subscriber> {
+        &self.me
+    }
+}
+
 pub fn subscribe(
     server: &Server,
     session: &mut Session,
     kind: Kind,
     names: &[Bytes],
 ) -> Vec<Frame> {
-    let info = session.info.clone();
-    let sub = session.pubsub.get_or_insert_with(|| {
-        let (tx, rx) = mpsc::unbounded_channel();
-        Box::new(Subscription {
-            me: Arc::new(Subscriber {
-                info,
-                tx,
-                queued: AtomicUsize::new(0),
-                over_soft_since: AtomicU64::new(0),
-            }),
-            rx,
-            channels: Set::default(),
-            patterns: Set::default(),
-        })
-    });
+    let sub = endpoint(server, session);
     let before = sub.count();
     let mut replies = Vec::with_capacity(names.len());
     let registry = &server.pubsub;
@@ -299,6 +353,7 @@ pub fn leave(server: &Server, session: &mut Session) {
     let Some(sub) = session.pubsub.take() else {
         return;
     };
+    server.pubsub.endpoints.write().remove(&sub.me.info.id);
     if sub.count() > 0 {
         server.pubsub.clients.fetch_sub(1, Relaxed);
     }
@@ -427,6 +482,17 @@ pub fn deliver(msg: Option<Bytes>, session: &mut Session, out: &mut BytesMut) {
         out.extend_from_slice(&msg);
     }
     drain(session, out);
+}
+
+/// Writes what had to wait for the reply just written ([`Subscriber::push_after_reply`]).
+pub fn after_reply(session: &mut Session, out: &mut BytesMut) {
+    let Some(sub) = session.pubsub.as_mut() else {
+        return;
+    };
+    let held = std::mem::take(&mut *sub.me.after_reply.lock());
+    for msg in held {
+        out.extend_from_slice(&msg);
+    }
 }
 
 /// Moves what is already queued into the output. Called before a reply is

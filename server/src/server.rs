@@ -31,6 +31,8 @@ pub struct Server {
     pub clients: Clients,
     /// Channels and patterns, and their subscribers.
     pub pubsub: crate::pubsub::PubSub,
+    /// Clients that track keys for client-side caching (CLIENT TRACKING).
+    pub tracking: crate::tracking::Registry,
     /// The Lua script cache and the scripts running now.
     pub scripts: crate::script::Scripts,
     pub evictor: Evictor,
@@ -67,6 +69,7 @@ impl Server {
                 .collect(),
             clients: Clients::default(),
             pubsub: crate::pubsub::PubSub::default(),
+            tracking: crate::tracking::Registry::default(),
             scripts: crate::script::Scripts::default(),
             evictor: Evictor::default(),
             shutdown,

@@ -54,6 +54,10 @@ pub struct ClientInfo {
     /// [`crate::pubsub`].
     pub sub: AtomicU64,
     pub psub: AtomicU64,
+    /// Client-side caching's CLIENT LIST flags (`crate::tracking::FLAG_*`) and
+    /// the client its invalidations go to (`redir=`), kept by [`crate::tracking`].
+    pub tracking: AtomicU8,
+    pub redirect: AtomicU64,
     /// Cancelled by CLIENT KILL (and by shutdown, as a child of the server token).
     pub kill: CancellationToken,
 }
@@ -82,17 +86,20 @@ impl ClientInfo {
         };
         let multi = self.multi.load(Relaxed);
         let multi = if multi == u64::MAX { -1 } else { multi as i64 };
+        // In Redis's order.
         let mut flags = String::new();
+        let (sub, psub) = (self.sub.load(Relaxed), self.psub.load(Relaxed));
+        if sub + psub > 0 {
+            flags.push('P');
+        }
         if multi >= 0 {
             flags.push('x');
         }
         if self.blocked.load(Relaxed) {
             flags.push('b');
         }
-        let (sub, psub) = (self.sub.load(Relaxed), self.psub.load(Relaxed));
-        if sub + psub > 0 {
-            flags.push('P');
-        }
+        let tracking = self.tracking.load(Relaxed);
+        crate::tracking::list_flags(tracking, &mut flags);
         if self.no_evict.load(Relaxed) {
             flags.push('e');
         }
@@ -114,8 +121,12 @@ impl ClientInfo {
             m.output_len.load(Relaxed) + m.pubsub.load(Relaxed),
         );
         let multi_mem = m.multi.load(Relaxed);
+        let redir = match tracking & crate::tracking::FLAG_ON {
+            0 => -1,
+            _ => self.redirect.load(Relaxed) as i64,
+        };
         format!(
-            "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={flags} db=0 sub={sub} psub={psub} ssub=0 multi={multi} qbuf={} qbuf-free={} argv-mem={argv} multi-mem={multi_mem} rbs={rbs} rbp={rbs} obl={pending} oll=0 omem={pending} tot-mem={total} events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={flags} db=0 sub={sub} psub={psub} ssub=0 multi={multi} qbuf={} qbuf-free={} argv-mem={argv} multi-mem={multi_mem} rbs={rbs} rbp={rbs} obl={pending} oll=0 omem={pending} tot-mem={total} events=r cmd={} user=default redir={redir} resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -182,6 +193,8 @@ impl Clients {
             unblock_signal: tokio::sync::Notify::new(),
             sub: AtomicU64::new(0),
             psub: AtomicU64::new(0),
+            tracking: AtomicU8::new(0),
+            redirect: AtomicU64::new(0),
             kill: parent.child_token(),
         });
         map.insert(id, info.clone());
@@ -261,6 +274,8 @@ pub struct Session {
     /// Set once this connection first subscribes: what it listens to and the
     /// messages on their way to it.
     pub pubsub: Option<Box<crate::pubsub::Subscription>>,
+    /// Set while CLIENT TRACKING is on.
+    pub tracking: Option<Box<crate::tracking::State>>,
 }
 
 impl ClientInfo {
@@ -281,6 +296,7 @@ impl Session {
             watched: Vec::new(),
             monitor: None,
             pubsub: None,
+            tracking: None,
         }
     }
 

@@ -115,6 +115,40 @@ def pubsub(port: int, protocol: int) -> None:
     assert r.publish("news", "gone") == 0
 
 
+def client_side_cache(port: int) -> None:
+    """redis-py's client-side cache (`cache_config`, RESP3): a repeated read is
+    answered from the cache without reaching the server, and another client's
+    write — IDSET.ADD to a follow set, SET — invalidates it at once."""
+    from redis.cache import CacheConfig
+
+    r = redis.Redis(port=port, protocol=3, cache_config=CacheConfig(), decode_responses=True)
+    other = redis.Redis(port=port, decode_responses=True)
+    other.delete("u:1:following", "csc:k")
+    other.execute_command("IDSET.ADD", "u:1:following", 5, 6)
+    other.set("csc:k", "1")
+
+    def calls(name: str) -> int:
+        stats = other.info("commandstats").get(f"cmdstat_{name}", {})
+        return int(stats.get("calls", 0))
+
+    assert r.sismember("u:1:following", 7) == 0
+    assert r.get("csc:k") == "1"
+    before = (calls("sismember"), calls("get"))
+    for _ in range(5):
+        assert r.sismember("u:1:following", 7) == 0
+        assert r.get("csc:k") == "1"
+    assert (calls("sismember"), calls("get")) == before, "served from the cache"
+    assert r.get_cache().size() >= 2
+
+    other.execute_command("IDSET.ADD", "u:1:following", 7)
+    other.set("csc:k", "2")
+    # redis-py reads pending invalidations before each command it sends.
+    assert r.sismember("u:1:following", 7) == 1
+    assert r.get("csc:k") == "2"
+    assert calls("sismember") == before[0] + 1, "re-read after the invalidation"
+    r.close()
+
+
 def main() -> None:
     port = int(sys.argv[1])
     for protocol in (2, 3):
@@ -122,6 +156,7 @@ def main() -> None:
         locks(port, protocol)
         pubsub(port, protocol)
     large_replies(port)
+    client_side_cache(port)
     print("ok")
 
 

@@ -211,6 +211,49 @@ const CLIENT: &[CommandSpec] = &[
         ..CommandSpec::DEFAULT
     },
     CommandSpec {
+        name: "client|tracking",
+        arity: -3,
+        flags: CONN,
+        group: Group::Connection,
+        since: "6.0.0",
+        summary: "Controls server-assisted client-side caching for the connection.",
+        complexity: "O(1). Some options may introduce additional complexity.",
+        handler: super::tracking::client_tracking,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "client|caching",
+        arity: 3,
+        flags: CONN,
+        group: Group::Connection,
+        since: "6.0.0",
+        summary: "Instructs the server whether to track the keys in the next request.",
+        handler: super::tracking::client_caching,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "client|getredir",
+        arity: 2,
+        flags: CONN,
+        group: Group::Connection,
+        since: "6.0.0",
+        summary:
+            "Returns the client ID to which the connection's tracking notifications are redirected.",
+        handler: super::tracking::client_getredir,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
+        name: "client|trackinginfo",
+        arity: 2,
+        flags: CONN,
+        group: Group::Connection,
+        since: "6.2.0",
+        summary:
+            "Returns information about server-assisted client-side caching for the connection.",
+        handler: super::tracking::client_trackinginfo,
+        ..CommandSpec::DEFAULT
+    },
+    CommandSpec {
         name: "client|help",
         arity: 2,
         flags: spec::LOADING | spec::STALE,
@@ -387,6 +430,12 @@ fn hello(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     }
     if let Some(proto) = proto {
         ctx.session.set_proto(proto);
+        if proto == Protocol::Resp3 {
+            // A RESP3 client takes pushes at any time: invalidations another
+            // client redirects to it need a queue before it subscribes to
+            // anything.
+            crate::pubsub::endpoint(ctx.server, ctx.session);
+        }
     }
     let field = |k: &'static str| Frame::Bulk(Bytes::from_static(k.as_bytes()));
     Ok(Frame::Map(vec![
@@ -407,6 +456,7 @@ fn reset(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     ctx.session.info.multi.store(u64::MAX, Relaxed);
     transactions::unwatch_all(ctx.server, ctx.session);
     crate::observe::monitor::stop(ctx.server, ctx.session);
+    crate::tracking::disable(ctx.server, ctx.session);
     crate::pubsub::leave(ctx.server, ctx.session);
     ctx.session.set_proto(Protocol::Resp2);
     ctx.session.authenticated = password(ctx).is_none();

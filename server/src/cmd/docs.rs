@@ -34,6 +34,7 @@ const SYNTAX: &[(&str, &str)] = &[
     // Connection.
     ("auth", "[username] password"),
     ("client|getname", ""),
+    ("client|getredir", ""),
     ("client|help", ""),
     ("client|id", ""),
     ("client|info", ""),
@@ -47,8 +48,11 @@ const SYNTAX: &[(&str, &str)] = &[
     ),
     ("client|no-evict", "(enabled: ON | OFF)"),
     ("client|no-touch", "(enabled: ON | OFF)"),
+    ("client|tracking", "(status: ON | OFF) [REDIRECT client-id<integer>] [PREFIX prefix<string>...] [BCAST] [OPTIN] [OPTOUT] [NOLOOP]"),
+    ("client|caching", "(mode: YES | NO)"),
     ("client|setinfo", "(attr: LIB-NAME libname | LIB-VER libver)"),
     ("client|setname", "connection-name"),
+    ("client|trackinginfo", ""),
     ("client|unblock", "client-id<integer> [timeout_error: TIMEOUT | ERROR]"),
     ("echo", "message"),
     (

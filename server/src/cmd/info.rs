@@ -259,7 +259,7 @@ fn info_clients(server: &Server, out: &mut String) {
     field(out, "client_recent_max_input_buffer", 0);
     field(out, "client_recent_max_output_buffer", 0);
     field(out, "blocked_clients", server.stats.blocked_clients.get());
-    field(out, "tracking_clients", 0);
+    field(out, "tracking_clients", server.db.tracking.clients());
     field(out, "pubsub_clients", server.pubsub.clients());
     field(out, "watching_clients", 0);
     field(out, "clients_in_timeout_table", 0);
@@ -488,9 +488,14 @@ fn info_stats(server: &Server, out: &mut String) {
     field(out, "total_forks", 0);
     field(out, "migrate_cached_sockets", 0);
     field(out, "slave_expires_tracked_keys", 0);
-    field(out, "tracking_total_keys", 0);
-    field(out, "tracking_total_items", 0);
-    field(out, "tracking_total_prefixes", 0);
+    let (keys, items) = server.db.tracking.totals();
+    field(out, "tracking_total_keys", keys);
+    field(out, "tracking_total_items", items);
+    field(
+        out,
+        "tracking_total_prefixes",
+        server.tracking.prefix_count(),
+    );
     field(out, "unexpected_error_replies", 0);
     field(out, "total_error_replies", s.total_error_replies.get());
     field(out, "dump_payload_sanitizations", 0);

@@ -33,6 +33,7 @@ mod setcore;
 mod sets;
 mod slowlog;
 mod strings;
+mod tracking;
 mod transactions;
 
 pub use transactions::discard_session_state;
@@ -162,6 +163,10 @@ pub struct Ctx<'a, 'v> {
     revoke_leases: bool,
     /// A fill carrying its own lease token, which must not revoke it.
     keeps_leases: bool,
+    /// Set for a read by a tracking client until its view has registered the
+    /// keys it reads (client-side caching): under the shards' locks, so no write
+    /// can come between the read and the registration.
+    track_reads: bool,
     /// The deadline of a parked command that runs again.
     resumed: Option<Instant>,
     then: Then,
@@ -187,10 +192,11 @@ impl<'a, 'v> Ctx<'a, 'v> {
                 LockMode::Read
             };
             let db = &self.server.db;
-            let v = match command_keys(self.spec, self.args) {
+            let mut v = match command_keys(self.spec, self.args) {
                 Some(keys) => db.view_of(keys.iter().copied(), mode),
                 None => db.view::<&[u8]>(&[], true, mode),
             };
+            v.set_client(self.session.id());
             self.view = ViewSlot::Own(v);
         }
         let v = match &mut self.view {
@@ -198,6 +204,12 @@ impl<'a, 'v> Ctx<'a, 'v> {
             ViewSlot::Exec(v) => v,
             ViewSlot::Unlocked => unreachable!(),
         };
+        if std::mem::take(&mut self.track_reads) {
+            if let Some(keys) = command_keys(self.spec, self.args) {
+                let id = self.session.id();
+                keys.iter().for_each(|k| v.track(k, id));
+            }
+        }
         if std::mem::take(&mut self.revoke_leases) && v.db().leases_out() > 0 {
             let ended = match command_keys(self.spec, self.args) {
                 Some(keys) => v.revoke_leases(keys.iter().copied()),
@@ -230,10 +242,11 @@ impl<'a, 'v> Ctx<'a, 'v> {
             ViewSlot::Own(v) if v.mode() == LockMode::Write => true,
             _ => {
                 self.release_view();
-                let v = match command_keys(self.spec, self.args) {
+                let mut v = match command_keys(self.spec, self.args) {
                     Some(keys) => db.view_of(keys.iter().copied(), LockMode::Write),
                     None => db.view::<&[u8]>(&[], true, LockMode::Write),
                 };
+                v.set_client(self.session.id());
                 self.view = ViewSlot::Own(v);
                 true
             }
@@ -338,6 +351,12 @@ pub fn dispatch(
     resumed: Option<Instant>,
 ) -> Flow {
     let outcome = execute(server, session, args, resumed);
+    // CLIENT CACHING covers the next command, or the next transaction.
+    if let Some(t) = session.tracking.as_deref_mut() {
+        if t.caching && session.multi.is_none() && !eq_ic(&args[0], "client") {
+            t.caching = false;
+        }
+    }
     // A subscriber's messages that came in before this reply go out before it,
     // those its own command published included (PUBLISH, or EXEC and EVAL
     // publishing, in RESP3).
@@ -349,6 +368,7 @@ pub fn dispatch(
                 crate::observe::error_reply(server, &reply);
                 reply.encode(session.proto, out);
             }
+            crate::pubsub::after_reply(session, out);
             return Flow::Continue;
         }
         Outcome::Close(reply) => (reply, Flow::Close),
@@ -358,6 +378,7 @@ pub fn dispatch(
         crate::observe::error_reply(server, &reply);
         reply.encode(session.proto, out);
     }
+    crate::pubsub::after_reply(session, out);
     flow
 }
 
@@ -652,6 +673,12 @@ pub(crate) fn run<'a, 'v>(
     if exec_view.is_none() {
         session.info.last_cmd.store(id, Relaxed);
     }
+    let track_reads = spec.has(spec::READONLY)
+        && !spec.has(spec::PUBSUB)
+        && session
+            .tracking
+            .as_deref()
+            .is_some_and(|t| t.remembers_reads());
     let mut ctx = Ctx {
         server,
         session,
@@ -663,6 +690,7 @@ pub(crate) fn run<'a, 'v>(
         },
         revoke_leases: spec.has(spec::WRITE),
         keeps_leases: false,
+        track_reads,
         resumed,
         then: Then::Reply,
         earlier: Vec::new(),

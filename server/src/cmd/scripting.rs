@@ -270,6 +270,7 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[Bytes], script: &Script, ro: bool
             Some(v) => v,
             None => {
                 own = server.db.view(keys, undeclared, mode);
+                own.set_client(session.id());
                 &mut own
             }
         };

@@ -221,6 +221,7 @@ fn exec(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
         LockMode::Read
     };
     let mut view = server.db.view(&keys, all, mode);
+    view.set_client(session.id());
     let now = now_ms();
     let watched_expired = watched.iter().any(|(_, e)| e.is_some_and(|at| at <= now));
     let aborted = session.watch_flag.load(Relaxed) || watched_expired;

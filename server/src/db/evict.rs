@@ -115,6 +115,7 @@ impl Evictor {
                 let entry = map.remove(&key);
                 if entry.is_some() {
                     shard.len.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                    db.removed_by_server(idx, &key);
                 }
                 return entry;
             }
@@ -145,6 +146,7 @@ impl Evictor {
             let entry = map.remove(&c.key);
             if entry.is_some() {
                 shard.len.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                db.removed_by_server(c.shard, &c.key);
             }
             return entry;
         }

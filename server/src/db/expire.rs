@@ -77,6 +77,7 @@ pub fn active_expire_cycle(db: &Db, budget: Duration) -> Sweep {
             for key in &expired {
                 if map.remove(key).is_some() {
                     shard.len.fetch_sub(1, Relaxed);
+                    db.removed_by_server(idx, key);
                     sweep.removed += 1;
                 }
             }

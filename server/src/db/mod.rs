@@ -19,6 +19,7 @@ mod idset;
 mod key;
 mod lease;
 mod shard;
+pub mod track;
 mod view;
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -43,6 +44,8 @@ pub const SHARDS: usize = 256;
 pub struct Shard {
     pub(crate) map: RwLock<ShardMap>,
     len: AtomicUsize,
+    /// Who may hold a copy of which of its keys (client-side caching).
+    pub(crate) tracked: track::Table,
 }
 
 /// The whole keyspace (database 0; relcache has no other).
@@ -56,6 +59,8 @@ pub struct Db {
     /// Changes to the keyspace since start (Redis's `server.dirty`): bumped by every
     /// write a view makes; a snapshot remembers the value it started at.
     pub dirty: crate::stats::Counter,
+    /// Client-side caching: the tracking table and where invalidations go.
+    pub tracking: track::Tracking,
 }
 
 impl Default for Db {
@@ -71,6 +76,7 @@ impl Db {
                 .map(|_| Shard {
                     map: RwLock::new(ShardMap::default()),
                     len: AtomicUsize::new(0),
+                    tracked: track::Table::default(),
                 })
                 .collect(),
             // Fixed seeds: shard placement only has to be stable within one process,
@@ -84,6 +90,7 @@ impl Db {
             leases_out: AtomicUsize::new(0),
             lease_tokens: lease::Tokens::new(now_ms()),
             dirty: crate::stats::Counter::default(),
+            tracking: track::Tracking::default(),
         }
     }
 
@@ -145,6 +152,42 @@ impl Db {
     /// accesses within a second, which a replayed trace needs).
     pub fn lru_clock(&self) -> u32 {
         now_ms() as u32
+    }
+
+    /// A key of shard `idx` went without any client's command (expiry,
+    /// eviction): whoever tracks it is told. The caller holds the shard.
+    pub(crate) fn removed_by_server(&self, idx: usize, key: &[u8]) {
+        if self.tracking.active() {
+            self.tracking.changed(&self.shards[idx].tracked, key, 0);
+        }
+    }
+
+    /// Drops keys from the tracking table until it holds at most `max` (0: no
+    /// bound), telling their readers; at most `effort` keys per call, so a
+    /// table far over the bound is brought down over several calls (Redis's
+    /// `trackingLimitUsedSlots`). Returns how many keys went.
+    pub fn shed_tracked(&self, max: usize, effort: usize) -> usize {
+        let mut shed = 0;
+        if max == 0 {
+            return 0;
+        }
+        let start = rand::random::<usize>();
+        for i in 0..SHARDS {
+            if shed >= effort || self.tracking.totals().0 <= max {
+                break;
+            }
+            let idx = (start + i) & (SHARDS - 1);
+            // Exclusively, as any change: a reader registering under the shared
+            // lock cannot be lost between the take and the message.
+            let _held = self.shards[idx].map.write();
+            while shed < effort
+                && self.tracking.totals().0 > max
+                && self.tracking.shed_one(&self.shards[idx].tracked)
+            {
+                shed += 1;
+            }
+        }
+        shed
     }
 
     /// Locks the shards owning `keys` (all shards if `all`) and returns the view a

@@ -46,6 +46,11 @@ impl ShardMap {
         self.map.get(key).filter(|e| !e.is_expired(now_ms))
     }
 
+    /// Whether `key` is there but expired (a read sees it as absent).
+    pub fn holds_expired(&self, key: &[u8], now_ms: u64) -> bool {
+        self.map.get(key).is_some_and(|e| e.is_expired(now_ms))
+    }
+
     /// The live entry for `key`, for modification: an expired entry is removed first
     /// (returned as `Expired` so the caller can count it), and watchers of the key are
     /// told it changed.

@@ -12,6 +12,7 @@ use smallvec::SmallVec;
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::track::ClientId;
 use super::{now_ms, Db, Entry, LeaseState, LeasesEnded as Ended, Lookup, ShardMap, Value};
 
 /// Whether a view's shards are locked shared (reads) or exclusive (writes).
@@ -41,6 +42,9 @@ pub struct View<'a> {
     pub expired: u64,
     hits: Cell<u64>,
     misses: Cell<u64>,
+    /// The client whose command this is (0: the server's own work), for
+    /// tracking's NOLOOP: a client may ask not to hear of its own writes.
+    client: ClientId,
 }
 
 impl<'a> View<'a> {
@@ -67,7 +71,20 @@ impl<'a> View<'a> {
             expired: 0,
             hits: Cell::new(0),
             misses: Cell::new(0),
+            client: 0,
         }
+    }
+
+    /// Names the client whose command works through this view.
+    pub fn set_client(&mut self, id: ClientId) {
+        self.client = id;
+    }
+
+    /// Registers `client` as holding a copy of `key`, read through this view
+    /// (client-side caching; see `db::track`).
+    pub fn track(&self, key: &[u8], client: ClientId) {
+        let shard = self.db.shard(self.db.shard_index(key));
+        self.db.tracking.remember(&shard.tracked, key, client);
     }
 
     /// Whether the shards are locked shared or exclusive.
@@ -108,6 +125,7 @@ impl<'a> View<'a> {
     pub fn get(&self, key: &[u8]) -> Option<&Entry> {
         let Some(e) = self.shard(key).get(key, self.now_ms) else {
             self.misses.set(self.misses.get() + 1);
+            self.expired_on_read(key);
             return None;
         };
         self.hits.set(self.hits.get() + 1);
@@ -133,10 +151,20 @@ impl<'a> View<'a> {
         let counter = if e.is_some() {
             &self.hits
         } else {
+            self.expired_on_read(key);
             &self.misses
         };
         counter.set(counter.get() + 1);
         e
+    }
+
+    /// A read found `key` expired but, holding its shard shared, cannot remove
+    /// it: whoever tracks it is told now rather than at the removal, which may be
+    /// far off (Redis removes such a key, and tells them, on the read).
+    fn expired_on_read(&self, key: &[u8]) {
+        if self.db.tracking.active() && self.shard(key).holds_expired(key, self.now_ms) {
+            changed(self.db, key, 0);
+        }
     }
 
     /// Whether `key` exists (and has not expired).
@@ -146,18 +174,20 @@ impl<'a> View<'a> {
 
     /// The live entry for `key`, to modify in place (watchers are told).
     pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
-        let (now, lru) = (self.now_ms, self.lru);
+        let (now, lru, db, client) = (self.now_ms, self.lru, self.db, self.client);
         // Borrow only the guards, so the expired counter stays usable below.
         let (map, shard) = shard_mut_of(self.db, &mut self.guards, key);
         match map.get_mut(key, now) {
             Lookup::Live(e) => {
                 e.touch(lru);
-                self.db.dirty.incr();
+                db.dirty.incr();
+                changed(db, key, client);
                 Some(e)
             }
             Lookup::Expired => {
                 shard.len.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                 self.expired += 1;
+                changed(db, key, 0);
                 None
             }
             Lookup::Absent => None,
@@ -171,6 +201,7 @@ impl<'a> View<'a> {
         let (map, shard) = self.shard_mut(key);
         let old = map.insert(key, value, expire_at, lru);
         self.db.dirty.incr();
+        changed(self.db, key, self.client);
         match old {
             None => {
                 shard.len.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -189,9 +220,11 @@ impl<'a> View<'a> {
         shard.len.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         if e.is_expired(now) {
             self.expired += 1;
+            changed(self.db, key, 0);
             return None;
         }
         self.db.dirty.incr();
+        changed(self.db, key, self.client);
         Some(e)
     }
 
@@ -227,6 +260,13 @@ impl<'a> View<'a> {
                     .len
                     .store(0, std::sync::atomic::Ordering::Relaxed);
             }
+        }
+        if db.tracking.active() {
+            let tables = self.guards.iter().filter_map(|(i, g)| match g {
+                Guard::Write(_) => Some(&db.shard(*i).tracked),
+                Guard::Read(_) => None,
+            });
+            db.tracking.flushed(tables, self.client);
         }
         n
     }
@@ -302,6 +342,16 @@ impl<'a> View<'a> {
     /// Drops a WATCH of `key`.
     pub fn unwatch(&mut self, key: &[u8], flag: &super::WatchFlag) {
         self.shard_mut(key).0.unwatch(key, flag);
+    }
+}
+
+/// Tells tracking that `key` changed, when any client tracks keys (one load
+/// otherwise). The caller holds the key's shard exclusively.
+#[inline]
+fn changed(db: &Db, key: &[u8], client: ClientId) {
+    if db.tracking.active() {
+        db.tracking
+            .changed(&db.shard(db.shard_index(key)).tracked, key, client);
     }
 }
 
