@@ -28,9 +28,10 @@ fn tier(addr: &str, store: Store) -> Relations {
     let config = RelationsConfig {
         cache_failure_limit: 1,
         cache_retry_interval: Duration::from_millis(50),
+        // The default heartbeat (1 s): a shorter one can be missed on a loaded
+        // machine, and a new session would turn a test's hits into fetches.
         local_cache: Some(LocalCacheConfig {
             admit_after: 1,
-            heartbeat: Duration::from_millis(200),
             ..LocalCacheConfig::default()
         }),
         ..RelationsConfig::default()
