@@ -231,3 +231,67 @@ async fn a_restarted_server_drops_everything_held_in_process() {
     make_local(&t, a).await;
     assert_eq!(t.which_followed(a, &[5, 6]).await.unwrap(), [true, true]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_local_read_agrees_with_a_model_under_churn_from_two_instances() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    use std::collections::BTreeSet;
+
+    let server = TestServer::start();
+    let store = relation_store(mariadb::shared().url(), "local_model", SHARDS, |_| {}).await;
+    // `t` reads and writes; `u`, another instance, writes too: its changes reach
+    // `t` only as invalidations, so after each of them `t` waits for one.
+    let t = tier(&server.addr(), store.clone());
+    let u = tier(&server.addr(), store);
+    let users: Vec<u64> = (1..=8).map(|i| i * 26_000_003).collect();
+    let mut rng = StdRng::seed_from_u64(26);
+    let mut model: BTreeSet<(u64, u64)> = BTreeSet::new();
+    wait_for("the listener", || t.local_cache_listening() == Some(true)).await;
+    for step in 0..300 {
+        let a = users[rng.gen_range(0..users.len())];
+        let b = users[rng.gen_range(0..users.len())];
+        match rng.gen_range(0..10) {
+            0..=2 if a != b => {
+                let writer = if rng.gen_bool(0.5) { &t } else { &u };
+                let seen = t.stats().local_invalidations.load(Relaxed);
+                // A table `t` holds was fetched on a tracked connection, so a
+                // change by `u` is bound to reach `t` as an invalidation.
+                let held = t.local_cache_holds(a);
+                let changed = if rng.gen_bool(0.6) {
+                    model.insert((a, b));
+                    writer.follow(a, b).await.unwrap().created
+                } else {
+                    model.remove(&(a, b));
+                    writer.unfollow(a, b).await.unwrap().removed
+                };
+                if changed && std::ptr::eq(writer, &u) && held {
+                    wait_for("the invalidation", || {
+                        t.stats().local_invalidations.load(Relaxed) > seen
+                    })
+                    .await;
+                }
+            }
+            _ => {
+                let want: Vec<bool> = users.iter().map(|&x| model.contains(&(a, x))).collect();
+                assert_eq!(
+                    t.which_followed(a, &users).await.unwrap(),
+                    want,
+                    "step {step}"
+                );
+                let mut set = t.following_set(a).await.unwrap();
+                set.sort_unstable();
+                let want: Vec<u64> = model.iter().filter(|p| p.0 == a).map(|p| p.1).collect();
+                assert_eq!(set, want, "step {step}");
+                let among: Vec<u64> = want
+                    .iter()
+                    .copied()
+                    .filter(|&f| model.contains(&(f, b)))
+                    .collect();
+                assert_eq!(t.followers_among(b, a).await.unwrap(), among, "step {step}");
+            }
+        }
+    }
+    assert!(t.stats().local_hits.load(Relaxed) > 100);
+    assert!(t.stats().local_invalidations.load(Relaxed) > 0);
+}

@@ -315,6 +315,11 @@ impl LocalCache {
         lock(&self.state).invalidate(user);
     }
 
+    /// Whether the user's table is held, without counting as a use.
+    pub(super) fn holds(&self, user: u64) -> bool {
+        lock(&self.state).entries.contains_key(&user)
+    }
+
     /// Tables held and their bytes.
     pub(super) fn size(&self) -> (usize, usize) {
         let state = lock(&self.state);

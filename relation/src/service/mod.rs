@@ -301,6 +301,11 @@ impl Relations {
         self.local.as_ref().map(|l| l.size())
     }
 
+    /// Whether `user`'s table is held in process (false when the cache is off).
+    pub fn local_cache_holds(&self, user: u64) -> bool {
+        self.local.as_ref().is_some_and(|l| l.holds(user))
+    }
+
     /// Whether the in-process cache's invalidation listener is subscribed, so that
     /// tables can be fetched and kept; `None` when the cache is off.
     pub fn local_cache_listening(&self) -> Option<bool> {
