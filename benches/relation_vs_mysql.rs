@@ -5,16 +5,25 @@
 //! ```sh
 //! cargo bench --bench relation_vs_mysql
 //! USERS=20000 FOLLOWS=60 SKEW=0.99 CONCURRENCY=32 WRITERS=16 DURATION=10 ROUNDS=3 \
-//!     cargo bench --bench relation_vs_mysql
+//!     MODES=mysql,cached,local LOCAL_MB=16 cargo bench --bench relation_vs_mysql
 //! ```
+//!
+//! Three modes: MySQL alone (`mysql`), relcache in front (`cached`), and relcache in
+//! front with the tier's in-process cache of hot users' sets on (`local`: tables
+//! kept in process, invalidated by the server's `CLIENT TRACKING`; `LOCAL_MB` bounds
+//! it, `ADMIT_AFTER` is how many misses fetch a user's table).
 //!
 //! `CONCURRENCY` tasks check and `WRITERS` tasks follow; whichever side gets ahead
 //! of nine checks per follow waits, so both modes run the same 90/10 mix (the
 //! achieved share is printed) at the highest rate the machine sustains it.
 //!
 //! Prints, per mode: checks per second, check p50/p99, follow p99, cache hit ratio,
-//! and MySQL statements per 1,000 checks (writes included, the same count in both
-//! modes). Rounds alternate between the modes and the summary takes medians. The
+//! MySQL statements per 1,000 checks (writes included, the same count in both
+//! modes), cache-server requests per 1,000 checks (every command the server ran in
+//! the measured part — reads, fills, the follows' write-throughs, the in-process
+//! cache's fetches and heartbeats — from INFO's `total_commands_processed`), and
+//! the in-process hit ratio. It does not measure what the in-process cache costs in
+//! memory beyond its tables, nor invalidation traffic under a write-heavy mix. Rounds alternate between the modes and the summary takes medians. The
 //! cache starts cold in every cache round and is measured after a warm-up, so the
 //! hit ratio is what a running service would see, not a preloaded best case.
 
@@ -29,8 +38,8 @@ use hdrhistogram::Histogram;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, LogNormal, Zipf};
-use relcache_client::{Pool, PoolConfig};
-use relcache_relation::service::{Relations, RelationsConfig};
+use relcache_client::{Client, Pool, PoolConfig};
+use relcache_relation::service::{LocalCacheConfig, Relations, RelationsConfig};
 use relcache_relation::{schema, ShardMap, Store, StoreConfig};
 use support::harness::mariadb::{MariaDb, RawSql};
 use support::harness::{invoked_by_cargo_bench, TestServer};
@@ -53,12 +62,36 @@ struct Params {
     warmup: Duration,
     duration: Duration,
     rounds: usize,
+    modes: Vec<Mode>,
+    local_bytes: usize,
+    admit_after: u32,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Mode {
     MySql,
     Cached,
+    /// Cached, with the tier's in-process cache on.
+    Local,
+}
+
+impl Mode {
+    fn parse(name: &str) -> Mode {
+        match name.trim() {
+            "mysql" => Mode::MySql,
+            "cached" => Mode::Cached,
+            "local" => Mode::Local,
+            other => panic!("MODES: unknown mode {other:?} (mysql, cached, local)"),
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Mode::MySql => "MySQL alone",
+            Mode::Cached => "relcache in front",
+            Mode::Local => "+ in-process cache",
+        }
+    }
 }
 
 struct RoundResult {
@@ -79,6 +112,10 @@ struct RoundResult {
     /// change to the same set (INFO idset_late_changes), per 1,000 follows, over
     /// the whole round.
     late_per_1000_follows: Option<f64>,
+    /// Commands the cache server ran in the measured part, per 1,000 checks.
+    cache_requests_per_1000: Option<f64>,
+    /// Checks answered by the in-process cache.
+    local_hit_ratio: Option<f64>,
 }
 
 fn main() {
@@ -94,6 +131,12 @@ fn main() {
         warmup: Duration::from_secs(env("WARMUP", 3)),
         duration: Duration::from_secs(env("DURATION", 10)),
         rounds: env("ROUNDS", 3),
+        modes: env("MODES", "mysql,cached,local".to_string())
+            .split(',')
+            .map(Mode::parse)
+            .collect(),
+        local_bytes: env("LOCAL_MB", 16usize) << 20,
+        admit_after: env("ADMIT_AFTER", 2),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -116,10 +159,10 @@ fn main() {
 
     let mut results: Vec<(Mode, RoundResult)> = Vec::new();
     for round in 0..p.rounds {
-        for mode in [Mode::MySql, Mode::Cached] {
+        for &mode in &p.modes {
             let r = rt.block_on(run(&store, &p, mode, round as u64));
             println!(
-                "round {round} {mode:?}: {:.0} checks/s, check p50 {} µs p99 {} µs, follow p99 {} µs, follows {:.1}%, hit ratio {}, MySQL reads per 1,000 checks {:.0}, all statements {:.0}, sets dropped for late write-throughs per 1,000 follows {}",
+                "round {round} {mode:?}: {:.0} checks/s, check p50 {} µs p99 {} µs, follow p99 {} µs, follows {:.1}%, hit ratio {}, MySQL reads per 1,000 checks {:.0}, all statements {:.0}, sets dropped for late write-throughs per 1,000 follows {}, cache-server requests per 1,000 checks {}, in-process hit ratio {}",
                 r.checks_per_sec,
                 r.check_p50_us,
                 r.check_p99_us,
@@ -130,11 +173,14 @@ fn main() {
                 r.mysql_per_1000_checks,
                 r.late_per_1000_follows
                     .map_or("-".into(), |l| format!("{l:.2}")),
+                r.cache_requests_per_1000
+                    .map_or("-".into(), |n| format!("{n:.0}")),
+                r.local_hit_ratio.map_or("-".into(), |h| format!("{h:.3}")),
             );
             results.push((mode, r));
         }
     }
-    summary(&results);
+    summary(&results, &p.modes);
 }
 
 /// Loads the follow graph straight into the tables (row-by-row follows would take
@@ -191,13 +237,21 @@ async fn run(store: &Store, p: &Params, mode: Mode, round: u64) -> RoundResult {
             ..PoolConfig::default()
         }),
         store.clone(),
-        RelationsConfig::default(),
+        RelationsConfig {
+            local_cache: (mode == Mode::Local).then(|| LocalCacheConfig {
+                max_bytes: p.local_bytes,
+                admit_after: p.admit_after,
+                ..LocalCacheConfig::default()
+            }),
+            ..RelationsConfig::default()
+        },
     ));
     let zipf = Zipf::new(p.users, p.skew).unwrap();
     let start = Instant::now();
     let measure_from = start + p.warmup;
     let end = measure_from + p.duration;
-    let baseline = Arc::new(tokio::sync::Mutex::new(None::<(u64, u64)>));
+    let baseline = Arc::new(tokio::sync::Mutex::new(None::<Baseline>));
+    let addr = server.addr();
     // Readers check and writers follow, each side pausing while it is ahead, so
     // the run is exactly the 90/10 mix at whatever rate the system sustains it.
     // (One closed loop mixing both would make every task wait out MySQL's write
@@ -209,6 +263,7 @@ async fn run(store: &Store, p: &Params, mode: Mode, round: u64) -> RoundResult {
             let (relations, baseline) = (relations.clone(), baseline.clone());
             let (done_checks, done_follows) = (done_checks.clone(), done_follows.clone());
             let store = store.clone();
+            let addr = addr.clone();
             let users = p.users;
             let writer = i >= p.concurrency;
             let slack = p.writers as u64;
@@ -224,7 +279,12 @@ async fn run(store: &Store, p: &Params, mode: Mode, round: u64) -> RoundResult {
                     if now >= measure_from {
                         let mut b = baseline.lock().await;
                         if b.is_none() {
-                            *b = Some((store.queries(), check_reads(&relations)));
+                            *b = Some(Baseline {
+                                queries: store.queries(),
+                                reads: check_reads(&relations),
+                                local_hits: relations.stats().local_hits.load(Relaxed),
+                                commands: commands_processed(&addr).await,
+                            });
                         }
                     }
                     // Hold the mix at nine checks per follow, whichever side is
@@ -248,8 +308,8 @@ async fn run(store: &Store, p: &Params, mode: Mode, round: u64) -> RoundResult {
                     match (mode, writer) {
                         (Mode::MySql, false) => drop(store.is_following(a, b).await.unwrap()),
                         (Mode::MySql, true) => drop(store.follow(a, b).await.unwrap()),
-                        (Mode::Cached, false) => drop(relations.is_following(a, b).await.unwrap()),
-                        (Mode::Cached, true) => drop(relations.follow(a, b).await.unwrap()),
+                        (_, false) => drop(relations.is_following(a, b).await.unwrap()),
+                        (_, true) => drop(relations.follow(a, b).await.unwrap()),
                     }
                     let counter = if writer { &done_follows } else { &done_checks };
                     counter.fetch_add(1, Relaxed);
@@ -275,12 +335,16 @@ async fn run(store: &Store, p: &Params, mode: Mode, round: u64) -> RoundResult {
         checks.add(c).unwrap();
         follows.add(f).unwrap();
     }
-    let (queries0, reads0) = baseline
+    let commands = commands_processed(&addr).await;
+    let b = baseline
         .lock()
         .await
+        .take()
         .expect("the run reached its measured part");
     let n = checks.len() as f64;
-    let reads = (check_reads(&relations) - reads0) as f64;
+    let reads = (check_reads(&relations) - b.reads) as f64;
+    let cached = mode != Mode::MySql;
+    let local_hits = (relations.stats().local_hits.load(Relaxed) - b.local_hits) as f64;
     let late: f64 = harness_info(&server, "idsets", "idset_late_changes");
     let all_follows = done_follows.load(Relaxed).max(1) as f64;
     RoundResult {
@@ -289,14 +353,42 @@ async fn run(store: &Store, p: &Params, mode: Mode, round: u64) -> RoundResult {
         check_p99_us: checks.value_at_quantile(0.99),
         follow_p99_us: follows.value_at_quantile(0.99),
         write_share: follows.len() as f64 / (n + follows.len() as f64),
-        hit_ratio: (mode == Mode::Cached).then(|| 1.0 - reads / n),
-        mysql_per_1000_checks: (store.queries() - queries0) as f64 * 1000.0 / n,
+        hit_ratio: cached.then(|| 1.0 - reads / n),
+        mysql_per_1000_checks: (store.queries() - b.queries) as f64 * 1000.0 / n,
         check_reads_per_1000: match mode {
             Mode::MySql => 1000.0,
-            Mode::Cached => reads * 1000.0 / n,
+            Mode::Cached | Mode::Local => reads * 1000.0 / n,
         },
-        late_per_1000_follows: (mode == Mode::Cached).then(|| late * 1000.0 / all_follows),
+        late_per_1000_follows: cached.then(|| late * 1000.0 / all_follows),
+        cache_requests_per_1000: cached
+            .then(|| commands.saturating_sub(b.commands) as f64 * 1000.0 / n),
+        local_hit_ratio: (mode == Mode::Local).then(|| local_hits / n),
     }
+}
+
+/// The counters at the start of the measured part.
+struct Baseline {
+    queries: u64,
+    reads: u64,
+    local_hits: u64,
+    commands: u64,
+}
+
+/// INFO's `total_commands_processed` of the cache server at `addr` (0 when the
+/// mode runs without it: nothing listens there that the mode uses).
+async fn commands_processed(addr: &str) -> u64 {
+    let Ok(mut c) = Client::connect(addr).await else {
+        return 0;
+    };
+    let fields = c
+        .run(relcache_client::Cmd::info("stats"))
+        .await
+        .unwrap_or_default();
+    fields
+        .iter()
+        .find(|(k, _)| k == "total_commands_processed")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// One INFO field of the relcache under test.
@@ -320,7 +412,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn summary(results: &[(Mode, RoundResult)]) {
+fn summary(results: &[(Mode, RoundResult)], modes: &[Mode]) {
     let pick = |mode: Mode, f: &dyn Fn(&RoundResult) -> f64| {
         median(
             results
@@ -331,30 +423,49 @@ fn summary(results: &[(Mode, RoundResult)]) {
         )
     };
     println!("\nmedians over rounds:");
-    println!("| measure | MySQL alone | relcache in front | ratio |");
-    println!("|---|---:|---:|---:|");
-    type Getter = fn(&RoundResult) -> f64;
-    let rows: [(&str, Getter); 7] = [
-        ("checks/s", |r| r.checks_per_sec),
-        ("check p50 (µs)", |r| r.check_p50_us as f64),
-        ("check p99 (µs)", |r| r.check_p99_us as f64),
-        ("follow p99 (µs)", |r| r.follow_p99_us as f64),
-        ("follows, % of operations", |r| r.write_share * 100.0),
-        ("MySQL reads per 1,000 checks", |r| r.check_reads_per_1000),
-        ("MySQL statements per 1,000 checks, writes included", |r| {
-            r.mysql_per_1000_checks
+    let titles: Vec<&str> = modes.iter().map(|m| m.title()).collect();
+    println!("| measure | {} |", titles.join(" | "));
+    println!("|---|{}", "---:|".repeat(modes.len()));
+    type Getter = fn(&RoundResult) -> Option<f64>;
+    let rows: [(&str, usize, Getter); 11] = [
+        ("checks/s", 0, |r| Some(r.checks_per_sec)),
+        ("check p50 (µs)", 0, |r| Some(r.check_p50_us as f64)),
+        ("check p99 (µs)", 0, |r| Some(r.check_p99_us as f64)),
+        ("follow p99 (µs)", 0, |r| Some(r.follow_p99_us as f64)),
+        ("follows, % of operations", 1, |r| {
+            Some(r.write_share * 100.0)
         }),
+        ("cache-server requests per 1,000 checks", 0, |r| {
+            r.cache_requests_per_1000
+        }),
+        ("MySQL reads per 1,000 checks", 0, |r| {
+            Some(r.check_reads_per_1000)
+        }),
+        (
+            "MySQL statements per 1,000 checks, writes included",
+            0,
+            |r| Some(r.mysql_per_1000_checks),
+        ),
+        ("cache hit ratio (not MySQL)", 3, |r| r.hit_ratio),
+        ("in-process hit ratio", 3, |r| r.local_hit_ratio),
+        (
+            "sets dropped for late write-throughs, per 1,000 follows",
+            2,
+            |r| r.late_per_1000_follows,
+        ),
     ];
-    for (name, f) in rows {
-        let (m, c) = (pick(Mode::MySql, &f), pick(Mode::Cached, &f));
-        println!("| {name} | {m:.0} | {c:.0} | {:.2}× |", c / m);
+    for (name, digits, f) in rows {
+        let cells: Vec<String> = modes
+            .iter()
+            .map(|&m| {
+                let has = results.iter().any(|(rm, r)| *rm == m && f(r).is_some());
+                if !has {
+                    return "–".to_string();
+                }
+                let v = pick(m, &|r| f(r).unwrap_or(0.0));
+                format!("{v:.digits$}")
+            })
+            .collect();
+        println!("| {name} | {} |", cells.join(" | "));
     }
-    println!(
-        "| cache hit ratio | - | {:.3} | |",
-        pick(Mode::Cached, &|r| r.hit_ratio.unwrap_or(0.0))
-    );
-    println!(
-        "| sets dropped for late write-throughs, per 1,000 follows | - | {:.2} | |",
-        pick(Mode::Cached, &|r| r.late_per_1000_follows.unwrap_or(0.0))
-    );
 }

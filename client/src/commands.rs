@@ -330,6 +330,20 @@ impl Cmd<Option<Bytes>> {
     }
 }
 
+impl Cmd<Option<Bytes>> {
+    /// `IDSET.TABLE key`: the stored table, byte for byte (check membership with a
+    /// reader of the table format, after validating it), or `None` if the key is
+    /// missing.
+    pub fn idset_table(key: impl AsRef<[u8]>) -> Self {
+        Args::new("IDSET.TABLE").arg(key).parse_with(|f| {
+            nil_or(f, |f| match f {
+                Frame::Bulk(b) => Ok(b),
+                f => Err(unexpected("a bulk string", &f)),
+            })
+        })
+    }
+}
+
 impl Cmd<u64> {
     /// `DEL key …`: how many of the keys existed. Deleting a key also revokes any
     /// lease on it, so an in-flight fill cannot resurrect what was deleted.

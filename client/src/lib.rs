@@ -15,8 +15,13 @@
 //!   command timeouts; a connection that fails or times out is dropped and the next
 //!   call opens a new one.
 //!
-//! There is no cluster routing, no retry and no pub/sub: RESP3 push frames (`>`) are
-//! out-of-band data and are dropped.
+//! - [`Tracker`] keeps a listener connection for the server's key-tracking
+//!   invalidations (`CLIENT TRACKING … REDIRECT`) and a pool whose connections
+//!   send theirs to it, for a caller that caches what it reads.
+//!
+//! There is no cluster routing, no retry and no general pub/sub: RESP3 push frames
+//! (`>`) are out-of-band data and are dropped (a `tracking-redir-broken` push is
+//! noted: [`Client::tracking_redirect_broken`]).
 //!
 //! ```no_run
 //! use relcache_client::{Client, Frame};
@@ -42,6 +47,7 @@
 mod commands;
 mod error;
 mod pool;
+pub mod tracking;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -58,6 +64,7 @@ pub use pool::{Pool, PoolConfig, PoolStatus, PooledConn};
 pub use relcache_protocol::idset::Builder as TableBuilder;
 use relcache_protocol::resp::{reply::ReplyDecoder, write_array_header, write_bulk};
 pub use relcache_protocol::resp::{Frame, Limits, Protocol};
+pub use tracking::{Invalidation, TrackedSession, Tracker, TrackingConfig};
 
 /// How much room to make in the read buffer before each read.
 const READ_CHUNK: usize = 16 * 1024;
@@ -87,6 +94,9 @@ pub struct Client<S = TcpStream> {
     read_this_trip: usize,
     /// The server process's `run_id`, once asked ([`server_run_id`](Self::server_run_id)).
     run_id: Option<Arc<str>>,
+    /// A `tracking-redir-broken` push came in: the connection tracking its keys
+    /// for this one is gone (see [`tracking_redirect_broken`](Self::tracking_redirect_broken)).
+    redirect_broken: bool,
 }
 
 impl Client<TcpStream> {
@@ -128,6 +138,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
             usable: true,
             read_this_trip: 0,
             run_id: None,
+            redirect_broken: false,
         }
     }
 
@@ -270,6 +281,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
         self.stream
     }
 
+    /// Consumes the client, returning the stream and whatever was read from it
+    /// past the last reply, for a caller that reads the stream itself from here on
+    /// (a subscriber, say, whose messages may have followed its last reply).
+    pub fn into_parts(self) -> (S, BytesMut) {
+        (self.stream, self.read_buf)
+    }
+
+    /// Whether the server said (a RESP3 `tracking-redir-broken` push) that the
+    /// connection this one sends its key-tracking invalidations to is gone: any
+    /// invalidation since may have been lost, so whatever was cached on the
+    /// strength of this connection's tracking is no longer kept correct. Only a
+    /// RESP3 connection is told; a RESP2 one loses the invalidations silently.
+    pub fn tracking_redirect_broken(&self) -> bool {
+        self.redirect_broken
+    }
+
     /// Writes `self.write_buf` and reads `replies` replies.
     async fn round_trip(&mut self, replies: usize) -> Result<Vec<Frame>, Error> {
         if !self.usable {
@@ -328,12 +355,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
         .await
     }
 
-    /// Reads the next reply, skipping push frames.
+    /// Reads the next reply, skipping push frames (noting only a broken tracking
+    /// redirect).
     async fn read_reply(&mut self) -> Result<Frame, Error> {
         loop {
             while let Some(frame) = self.decoder.decode(&mut self.read_buf)? {
-                if !matches!(frame, Frame::Push(_)) {
-                    return Ok(frame);
+                match frame {
+                    Frame::Push(items) => {
+                        if matches!(items.first(), Some(Frame::Bulk(kind) | Frame::Simple(kind)) if kind.eq_ignore_ascii_case(b"tracking-redir-broken"))
+                        {
+                            self.redirect_broken = true;
+                        }
+                    }
+                    frame => return Ok(frame),
                 }
             }
             self.read_buf.reserve(READ_CHUNK);

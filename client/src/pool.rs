@@ -120,6 +120,9 @@ struct Inner {
     /// permit holder that found no idle one, so open connections never outnumber
     /// the permits.
     slots: Arc<Semaphore>,
+    /// Commands every new connection runs after its handshake, before it is
+    /// handed out (a tracked pool's `CLIENT TRACKING ON REDIRECT <id>`).
+    init: Vec<Vec<Bytes>>,
 }
 
 impl Pool {
@@ -129,6 +132,22 @@ impl Pool {
     ///
     /// If `config.max_connections` is 0: such a pool could never serve a call.
     pub fn new(config: PoolConfig) -> Pool {
+        Pool::with_init(config, Vec::new())
+    }
+
+    /// A pool whose every new connection first runs `init` (each command must
+    /// succeed, or the connection counts as failed to open). For session state all
+    /// of a pool's connections share, set once per connection instead of once per
+    /// call.
+    ///
+    /// # Panics
+    ///
+    /// As [`new`](Self::new), and if any command in `init` is empty.
+    pub fn with_init(config: PoolConfig, init: Vec<Vec<Bytes>>) -> Pool {
+        assert!(
+            init.iter().all(|cmd| !cmd.is_empty()),
+            "an init command needs a name"
+        );
         assert!(
             config.max_connections > 0,
             "a pool needs max_connections >= 1"
@@ -139,6 +158,7 @@ impl Pool {
                 config,
                 idle: Mutex::new(Vec::new()),
                 slots,
+                init,
             }),
         }
     }
@@ -291,8 +311,11 @@ impl Inner {
             client.hello(3).await?;
             greeted = true;
         }
-        if !greeted {
+        if !greeted && self.init.is_empty() {
             client.run(Cmd::ping()).await?;
+        }
+        for cmd in &self.init {
+            client.cmd(cmd).await?;
         }
         Ok(client)
     }

@@ -35,10 +35,17 @@
 //! has been deleted ([`RelationsConfig::max_suspects`]).
 //! Lists (newest first, paged) and follower counts come from MySQL's indexes: the
 //! cache holds membership, not order.
+//!
+//! Optionally ([`RelationsConfig::local_cache`]), hot users' whole tables are also
+//! kept in process, answered from without a cache request, and dropped when the
+//! cache server's key tracking says they changed (see `local`).
 
 mod cache;
 mod fill;
+mod local;
 mod restart;
+
+pub use local::LocalCacheConfig;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -79,6 +86,10 @@ pub struct RelationsConfig {
     /// their possibly stale set) until it can delete their sets. Past this, a lost
     /// write-through is only counted, and the set's TTL bounds its staleness.
     pub max_suspects: usize,
+    /// The in-process cache of hot users' sets, kept correct by the cache server's
+    /// invalidations (see [`LocalCacheConfig`]); `None`, the default, for none.
+    /// With it on, [`Relations::new`] must be called inside a tokio runtime.
+    pub local_cache: Option<LocalCacheConfig>,
 }
 
 impl Default for RelationsConfig {
@@ -92,6 +103,7 @@ impl Default for RelationsConfig {
             cache_retry_interval: Duration::from_secs(1),
             max_suspects: 1 << 20,
             catchup_margin: Duration::from_secs(60),
+            local_cache: None,
         }
     }
 }
@@ -140,6 +152,20 @@ pub struct TierStats {
     pub catchups: AtomicU64,
     /// Logged changes replayed to restarted caches.
     pub catchup_changes: AtomicU64,
+    /// Reads answered from the in-process cache, without asking the cache server.
+    pub local_hits: AtomicU64,
+    /// Reads that found no table in the in-process cache (the cache was on).
+    pub local_misses: AtomicU64,
+    /// Tables fetched from the cache server and kept in process.
+    pub local_fetches: AtomicU64,
+    /// Tables fetched but not kept: invalidated while in flight, or the listener's
+    /// session ended meanwhile.
+    pub local_fetches_discarded: AtomicU64,
+    /// Tables dropped from the in-process cache by the server's invalidations.
+    pub local_invalidations: AtomicU64,
+    /// Times the whole in-process cache was dropped: the server was flushed, or
+    /// invalidations may have been missed (listener lost, server restarted).
+    pub local_flushes: AtomicU64,
 }
 
 /// The relation service over one cache node and the sharded MySQL store.
@@ -153,6 +179,8 @@ pub struct Relations {
     /// Which cache process's sets may be read (see `restart`).
     restarts: Arc<restart::Restarts>,
     stats: Arc<TierStats>,
+    /// The in-process cache, when configured.
+    local: Option<local::LocalCache>,
 }
 
 /// How a read puts its question about a user's set to the cache (see
@@ -243,20 +271,45 @@ const SETTLE_PATIENCE: Duration = Duration::from_secs(3600);
 const CLEAR_BATCH: usize = 1024;
 
 impl Relations {
+    /// # Panics
+    ///
+    /// With [`RelationsConfig::local_cache`] set, outside a tokio runtime (its
+    /// invalidation listener is a task).
     pub fn new(cache: Pool, store: Store, config: RelationsConfig) -> Relations {
         let guard = Arc::new(Guard::new(
             config.cache_failure_limit,
             config.cache_retry_interval,
             config.max_suspects,
         ));
+        let stats: Arc<TierStats> = Arc::default();
+        let local = config.local_cache.as_ref().map(|local| {
+            local::LocalCache::start(local, cache.config(), &config.key_prefix, stats.clone())
+        });
         Relations {
             cache,
             store,
             config,
             guard,
             restarts: Arc::default(),
-            stats: Arc::default(),
+            stats,
+            local,
         }
+    }
+
+    /// Tables held by the in-process cache, and their bytes; `None` when it is off.
+    pub fn local_cache_size(&self) -> Option<(usize, usize)> {
+        self.local.as_ref().map(|l| l.size())
+    }
+
+    /// Whether `user`'s table is held in process (false when the cache is off).
+    pub fn local_cache_holds(&self, user: u64) -> bool {
+        self.local.as_ref().is_some_and(|l| l.holds(user))
+    }
+
+    /// Whether the in-process cache's invalidation listener is subscribed, so that
+    /// tables can be fetched and kept; `None` when the cache is off.
+    pub fn local_cache_listening(&self) -> Option<bool> {
+        self.local.as_ref().map(|l| l.tracker.session().is_some())
     }
 
     pub fn store(&self) -> &Store {
@@ -345,6 +398,10 @@ impl Relations {
         };
         if let Some(seq) = outcome.seq() {
             self.write_through(user, through(seq)).await;
+            // After the write-through is answered (or lost), not before: a fetch
+            // that raced it may hold the old set, and is refused now, while the
+            // next fetch reads what the write-through left.
+            self.forget_local(user);
         }
         pending.settled();
         Ok(outcome)
@@ -358,6 +415,7 @@ impl Relations {
     /// the usual `DEL` clears it.
     fn in_doubt(&self, user: u64, friend: u64) {
         self.stats.writes_in_doubt.fetch_add(1, Relaxed);
+        self.forget_local(user);
         if !self.guard.suspect_in_doubt(user) {
             self.stats.suspects_dropped.fetch_add(1, Relaxed);
             tracing::error!(
@@ -423,6 +481,7 @@ impl Relations {
     /// suspect until the set is deleted.
     fn write_through_lost(&self, user: u64) {
         self.stats.write_through_failures.fetch_add(1, Relaxed);
+        self.forget_local(user);
         if self.guard.suspect(user) {
             tracing::warn!(
                 user,
@@ -456,6 +515,10 @@ impl Relations {
     ///
     /// As [`is_following`](Self::is_following).
     pub async fn which_followed(&self, a: u64, ids: &[u64]) -> Result<Vec<bool>, RelationError> {
+        let each = |t: TableRef<'_>| ids.iter().map(|&id| t.contains(id)).collect();
+        if let Some(answer) = self.local_read(a, each).await {
+            return Ok(answer);
+        }
         let opts = self.lease_opts();
         let read = move |key| Cmd::idset_mexistsbin_lease(key, ids, opts);
         let from_fill = |set: FilledSet| contains_each(&set.table, ids);
@@ -495,6 +558,9 @@ impl Relations {
     ///
     /// As [`is_following`](Self::is_following).
     pub async fn following_count(&self, a: u64) -> Result<u64, RelationError> {
+        if let Some(n) = self.local_read(a, |t| t.len()).await {
+            return Ok(n);
+        }
         self.read_set(a, Cmd::idset_card, |ids| ids.len() as u64)
             .await
     }
@@ -514,6 +580,9 @@ impl Relations {
     ///
     /// As [`is_following`](Self::is_following).
     pub async fn following_set(&self, a: u64) -> Result<Vec<u64>, RelationError> {
+        if let Some(ids) = self.local_read(a, |t| t.iter().collect()).await {
+            return Ok(ids);
+        }
         self.read_set(a, Cmd::idset_members, |ids| ids).await
     }
 
@@ -669,6 +738,19 @@ impl Relations {
         let (mut pending, mut unasked): (Vec<u64>, Vec<u64>) = candidates
             .into_iter()
             .partition(|&u| !self.guard.is_suspect(u));
+        // Sets held in process answer here; the rest go to the cache server. (No
+        // fetches for them: a question about many users is no sign that any one of
+        // them is hot.)
+        if self.local.is_some() {
+            pending.retain(|&u| match self.local_held(u, |t| t.contains(x)) {
+                Some(true) => {
+                    found.push(u);
+                    false
+                }
+                Some(false) => false,
+                None => true,
+            });
+        }
         self.stats
             .cache_bypassed
             .fetch_add(unasked.len() as u64, Relaxed);
