@@ -7,85 +7,12 @@
 
 mod harness;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Read;
 use std::time::{Duration, Instant};
 
+use harness::fenced::Conn;
 use harness::real_redis::RedisServer;
-use harness::{info_stat, resp_cmd, TestServer};
-use relcache_protocol::resp::{parse_frame, Frame, Limits};
-
-/// A raw connection to any port that returns the exact bytes a request brought,
-/// however many replies that was: each request is followed by `PING <fence>`, and
-/// everything up to the fence's reply is the request's answer (the fence's reply
-/// included, which is itself compared).
-struct Conn {
-    s: TcpStream,
-    buf: Vec<u8>,
-    fences: u64,
-}
-
-impl Conn {
-    fn new(port: u16) -> Conn {
-        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Conn {
-            s,
-            buf: Vec::new(),
-            fences: 0,
-        }
-    }
-
-    fn send(&mut self, args: &[&str]) {
-        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        self.s.write_all(&resp_cmd(&args)).unwrap();
-    }
-
-    fn text(&mut self, args: &[&str]) -> String {
-        self.fences += 1;
-        let fence = format!("fence-{}", self.fences);
-        self.send(args);
-        self.send(&["PING", &fence]);
-        let mut out = Vec::new();
-        loop {
-            while let Some((frame, n)) = parse_frame(&self.buf, &Limits::default()).unwrap() {
-                out.extend(self.buf.drain(..n));
-                if mentions(&frame, fence.as_bytes()) {
-                    return String::from_utf8_lossy(&out).into_owned();
-                }
-            }
-            let mut chunk = [0u8; 16 * 1024];
-            let n = match self.s.read(&mut chunk) {
-                Ok(n) => n,
-                Err(e) => panic!("{e} waiting for the reply to {args:?}"),
-            };
-            assert!(n > 0, "connection closed after {args:?}");
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-
-    /// The next frame, whatever it is (a message).
-    fn frame(&mut self) -> Frame {
-        loop {
-            if let Some((frame, n)) = parse_frame(&self.buf, &Limits::default()).unwrap() {
-                self.buf.drain(..n);
-                return frame;
-            }
-            let mut chunk = [0u8; 16 * 1024];
-            let n = self.s.read(&mut chunk).expect("a frame");
-            assert!(n > 0, "connection closed");
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-}
-
-fn mentions(frame: &Frame, what: &[u8]) -> bool {
-    match frame {
-        Frame::Bulk(b) => &b[..] == what,
-        Frame::Array(items) | Frame::Push(items) => items.iter().any(|f| mentions(f, what)),
-        _ => false,
-    }
-}
+use harness::{info_stat, TestServer};
 
 /// Requests compared in both protocols, in order, on one connection. In RESP2
 /// the subscribed mode refuses most of them; in RESP3 they run.

@@ -11,41 +11,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use harness::fenced::Conn;
 use harness::real_redis::RedisServer;
 use harness::{resp_cmd, TestServer};
 use relcache_protocol::resp::{parse_frame, Limits};
-
-/// A raw connection to any port: sends a request, returns the exact reply bytes.
-struct Conn {
-    s: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Conn {
-    fn new(port: u16) -> Conn {
-        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        Conn { s, buf: Vec::new() }
-    }
-
-    fn call(&mut self, args: &[&str]) -> Vec<u8> {
-        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        self.s.write_all(&resp_cmd(&args)).unwrap();
-        loop {
-            if let Some((_, n)) = parse_frame(&self.buf, &Limits::default()).unwrap() {
-                return self.buf.drain(..n).collect();
-            }
-            let mut chunk = [0u8; 16 * 1024];
-            let n = self.s.read(&mut chunk).expect("reply");
-            assert!(n > 0, "connection closed after {args:?}");
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-
-    fn text(&mut self, args: &[&str]) -> String {
-        String::from_utf8_lossy(&self.call(args)).into_owned()
-    }
-}
 
 /// Scripts whose replies must be redis-server's, byte for byte: every conversion
 /// both ways, in RESP2 and RESP3, and the errors (with their `script: <sha>, on
@@ -150,8 +119,8 @@ fn compare(ours: &mut Conn, theirs: &mut Conn, proto: &str) {
         c.call(&["SET", "s", "str"]);
     }
     for script in SCRIPTS {
-        let want = theirs.text(script);
-        let got = ours.text(script);
+        let want = theirs.reply(script);
+        let got = ours.reply(script);
         assert_eq!(got, want, "RESP{proto} reply to {script:?}");
     }
 }
@@ -171,48 +140,48 @@ fn evalsha_finds_what_eval_and_script_load_cached_until_flush() {
     let mut c = Conn::new(s.port);
     let sha = "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"; // sha1("return 1")
     assert_eq!(
-        c.text(&["SCRIPT", "EXISTS", sha, "nope"]),
+        c.reply(&["SCRIPT", "EXISTS", sha, "nope"]),
         "*2\r\n:0\r\n:0\r\n"
     );
-    assert_eq!(c.text(&["EVAL", "return 1", "0"]), ":1\r\n");
-    assert_eq!(c.text(&["EVALSHA", sha, "0"]), ":1\r\n");
-    assert_eq!(c.text(&["EVALSHA", &sha.to_uppercase(), "0"]), ":1\r\n");
+    assert_eq!(c.reply(&["EVAL", "return 1", "0"]), ":1\r\n");
+    assert_eq!(c.reply(&["EVALSHA", sha, "0"]), ":1\r\n");
+    assert_eq!(c.reply(&["EVALSHA", &sha.to_uppercase(), "0"]), ":1\r\n");
     assert_eq!(
-        c.text(&["SCRIPT", "EXISTS", sha, "nope"]),
+        c.reply(&["SCRIPT", "EXISTS", sha, "nope"]),
         "*2\r\n:1\r\n:0\r\n"
     );
-    assert_eq!(c.text(&["SCRIPT", "FLUSH", "ASYNC"]), "+OK\r\n");
+    assert_eq!(c.reply(&["SCRIPT", "FLUSH", "ASYNC"]), "+OK\r\n");
     assert_eq!(
-        c.text(&["EVALSHA", sha, "0"]),
+        c.reply(&["EVALSHA", sha, "0"]),
         "-NOSCRIPT No matching script. Please use EVAL.\r\n"
     );
-    let loaded = c.text(&["SCRIPT", "LOAD", "return ARGV[1]"]);
+    let loaded = c.reply(&["SCRIPT", "LOAD", "return ARGV[1]"]);
     let loaded_sha = loaded.lines().nth(1).unwrap().to_string();
     assert_eq!(loaded_sha.len(), 40);
     // From another connection (another worker thread, maybe): the cache is shared.
     let mut other = Conn::new(s.port);
     assert_eq!(
-        other.text(&["EVALSHA_RO", &loaded_sha, "0", "x"]),
+        other.reply(&["EVALSHA_RO", &loaded_sha, "0", "x"]),
         "$1\r\nx\r\n"
     );
     assert!(c
-        .text(&["SCRIPT", "LOAD", "not lua"])
+        .reply(&["SCRIPT", "LOAD", "not lua"])
         .starts_with("-ERR Error compiling script"));
-    assert_eq!(c.text(&["SCRIPT", "FLUSH"]), "+OK\r\n");
-    assert_eq!(c.text(&["SCRIPT", "EXISTS", &loaded_sha]), "*1\r\n:0\r\n");
+    assert_eq!(c.reply(&["SCRIPT", "FLUSH"]), "+OK\r\n");
+    assert_eq!(c.reply(&["SCRIPT", "EXISTS", &loaded_sha]), "*1\r\n:0\r\n");
 }
 
 /// The SHA1 of `body`, asked of the server through a script SCRIPT LOADed (so
 /// it is never evicted and adds nothing to the EVAL cache).
 fn sha1(c: &mut Conn, body: &str) -> String {
-    let helper = c.text(&["SCRIPT", "LOAD", "return redis.sha1hex(ARGV[1])"]);
+    let helper = c.reply(&["SCRIPT", "LOAD", "return redis.sha1hex(ARGV[1])"]);
     let helper = helper.lines().nth(1).unwrap().to_string();
-    let reply = c.text(&["EVALSHA", &helper, "0", body]);
+    let reply = c.reply(&["EVALSHA", &helper, "0", body]);
     reply.lines().nth(1).unwrap().to_string()
 }
 
 fn info_stat(c: &mut Conn, name: &str) -> u64 {
-    let info = c.text(&["INFO", "stats"]);
+    let info = c.reply(&["INFO", "stats"]);
     harness::info_value(&info, name)
 }
 
@@ -220,11 +189,11 @@ fn info_stat(c: &mut Conn, name: &str) -> u64 {
 fn eval_keeps_the_500_scripts_run_last_and_script_load_keeps_all() {
     let s = TestServer::start();
     let mut c = Conn::new(s.port);
-    let kept = c.text(&["SCRIPT", "LOAD", "return 'loaded'"]);
+    let kept = c.reply(&["SCRIPT", "LOAD", "return 'loaded'"]);
     let kept = kept.lines().nth(1).unwrap().to_string();
     for i in 0..500 {
         assert_eq!(
-            c.text(&["EVAL", &format!("return {i}"), "0"]),
+            c.reply(&["EVAL", &format!("return {i}"), "0"]),
             format!(":{i}\r\n")
         );
     }
@@ -233,30 +202,30 @@ fn eval_keeps_the_500_scripts_run_last_and_script_load_keeps_all() {
     // a new body evicts `return 1` instead.
     let first = sha1(&mut c, "return 0");
     let second = sha1(&mut c, "return 1");
-    assert_eq!(c.text(&["EVALSHA", &first, "0"]), ":0\r\n");
-    assert_eq!(c.text(&["EVAL", "return 500", "0"]), ":500\r\n");
+    assert_eq!(c.reply(&["EVALSHA", &first, "0"]), ":0\r\n");
+    assert_eq!(c.reply(&["EVAL", "return 500", "0"]), ":500\r\n");
     assert_eq!(info_stat(&mut c, "evicted_scripts"), 1);
     assert_eq!(
-        c.text(&["EVALSHA", &second, "0"]),
+        c.reply(&["EVALSHA", &second, "0"]),
         "-NOSCRIPT No matching script. Please use EVAL.\r\n"
     );
     assert_eq!(
-        c.text(&["SCRIPT", "EXISTS", &first, &second]),
+        c.reply(&["SCRIPT", "EXISTS", &first, &second]),
         "*2\r\n:1\r\n:0\r\n"
     );
     // Another 500 new bodies, from another connection: every EVAL-cached script
     // before them goes, the SCRIPT LOADed ones stay.
     let mut other = Conn::new(s.port);
     for i in 0..500 {
-        other.text(&["EVAL", &format!("return {i} + 1"), "0"]);
+        other.reply(&["EVAL", &format!("return {i} + 1"), "0"]);
     }
     assert_eq!(info_stat(&mut c, "evicted_scripts"), 501);
-    assert_eq!(c.text(&["SCRIPT", "EXISTS", &first]), "*1\r\n:0\r\n");
-    assert_eq!(c.text(&["EVALSHA", &kept, "0"]), "$6\r\nloaded\r\n");
+    assert_eq!(c.reply(&["SCRIPT", "EXISTS", &first]), "*1\r\n:0\r\n");
+    assert_eq!(c.reply(&["EVALSHA", &kept, "0"]), "$6\r\nloaded\r\n");
     // EVAL of a body again caches it again, and CONFIG RESETSTAT zeroes the count.
-    assert_eq!(c.text(&["EVAL", "return 1", "0"]), ":1\r\n");
-    assert_eq!(c.text(&["EVALSHA", &second, "0"]), ":1\r\n");
-    c.text(&["CONFIG", "RESETSTAT"]);
+    assert_eq!(c.reply(&["EVAL", "return 1", "0"]), ":1\r\n");
+    assert_eq!(c.reply(&["EVALSHA", &second, "0"]), ":1\r\n");
+    c.reply(&["CONFIG", "RESETSTAT"]);
     assert_eq!(info_stat(&mut c, "evicted_scripts"), 0);
 }
 
@@ -265,7 +234,7 @@ fn lua_as_in_7_4_os_clock_and_integral_number_arguments() {
     let s = TestServer::start();
     let mut c = Conn::new(s.port);
     // os.clock() is the CPU time spent, in seconds; nothing else of os is there.
-    let spent = c.text(&[
+    let spent = c.reply(&[
         "EVAL",
         "local t0 = os.clock() local x = 0 for i = 1, 5000000 do x = x + i end \
          return tostring(os.clock() - t0)",
@@ -277,7 +246,7 @@ fn lua_as_in_7_4_os_clock_and_integral_number_arguments() {
         "os.clock() advanced by {spent}"
     );
     assert_eq!(
-        c.text(&[
+        c.reply(&[
             "EVAL",
             "return {type(os), type(os.clock), type(os.execute), type(os.getenv)}",
             "0"
@@ -285,15 +254,15 @@ fn lua_as_in_7_4_os_clock_and_integral_number_arguments() {
         "*4\r\n$5\r\ntable\r\n$8\r\nfunction\r\n$3\r\nnil\r\n$3\r\nnil\r\n"
     );
     assert!(c
-        .text(&["EVAL", "return os.execute('ls')", "0"])
+        .reply(&["EVAL", "return os.execute('ls')", "0"])
         .contains("attempt to call field 'execute' (a nil value)"));
     assert!(c
-        .text(&["EVAL", "os.clock = nil", "0"])
+        .reply(&["EVAL", "os.clock = nil", "0"])
         .contains("Attempt to modify a readonly table"));
     // A Lua number that is an integer reaches the command as one (7.2 sent
     // `2e+08`, which INCRBY refuses).
     assert_eq!(
-        c.text(&[
+        c.reply(&[
             "EVAL",
             "return redis.call('incrby', KEYS[1], 200000000)",
             "1",
@@ -302,7 +271,7 @@ fn lua_as_in_7_4_os_clock_and_integral_number_arguments() {
         ":200000000\r\n"
     );
     assert_eq!(
-        c.text(&[
+        c.reply(&[
             "EVAL",
             "redis.call('set', KEYS[1], 123456789012345) return redis.call('get', KEYS[1])",
             "1",
@@ -311,7 +280,7 @@ fn lua_as_in_7_4_os_clock_and_integral_number_arguments() {
         "$15\r\n123456789012345\r\n"
     );
     assert_eq!(
-        c.text(&[
+        c.reply(&[
             "EVAL",
             "redis.call('set', KEYS[1], 1/4) return redis.call('get', KEYS[1])",
             "1",
@@ -320,11 +289,11 @@ fn lua_as_in_7_4_os_clock_and_integral_number_arguments() {
         "$4\r\n0.25\r\n"
     );
     assert!(c
-        .text(&["EVAL", "redis.log(7, 'x')", "0"])
+        .reply(&["EVAL", "redis.log(7, 'x')", "0"])
         .contains("Invalid log level."));
     // The version scripts see is the one HELLO and INFO report.
     assert_eq!(
-        c.text(&[
+        c.reply(&[
             "EVAL",
             "return {redis.REDIS_VERSION, redis.REDIS_VERSION_NUM}",
             "0"
@@ -338,17 +307,17 @@ fn an_undeclared_key_is_refused_unless_the_script_says_so() {
     let s = TestServer::start();
     let mut c = Conn::new(s.port);
     c.call(&["SET", "other", "1"]);
-    let refused = c.text(&["EVAL", "return redis.call('get', 'other')", "0"]);
+    let refused = c.reply(&["EVAL", "return redis.call('get', 'other')", "0"]);
     assert!(
         refused.starts_with(
             "-ERR Script attempted to access key 'other', which it did not declare in KEYS"
         ),
         "{refused}"
     );
-    let keyspace = c.text(&["EVAL", "return redis.call('keys', '*')", "1", "k"]);
+    let keyspace = c.reply(&["EVAL", "return redis.call('keys', '*')", "1", "k"]);
     assert!(keyspace.contains("the whole keyspace"), "{keyspace}");
     assert_eq!(
-        c.text(&[
+        c.reply(&[
             "EVAL",
             "#!lua flags=allow-undeclared-keys\nreturn redis.call('get', 'other')",
             "0"
@@ -357,7 +326,7 @@ fn an_undeclared_key_is_refused_unless_the_script_says_so() {
     );
     c.call(&["CONFIG", "SET", "lua-allow-undeclared-keys", "yes"]);
     assert_eq!(
-        c.text(&["EVAL", "return redis.call('keys', '*')", "0"]),
+        c.reply(&["EVAL", "return redis.call('keys', '*')", "0"]),
         "*1\r\n$5\r\nother\r\n"
     );
 }
@@ -379,13 +348,13 @@ fn a_script_is_atomic_on_its_keys_and_other_shards_keep_serving() {
         threads.push(std::thread::spawn(move || {
             let mut c = Conn::new(port);
             for _ in 0..scripts {
-                assert_eq!(c.text(&["EVAL", rmw, "1", "counter"]), "+OK\r\n");
+                assert_eq!(c.reply(&["EVAL", rmw, "1", "counter"]), "+OK\r\n");
             }
         }));
         threads.push(std::thread::spawn(move || {
             let mut c = Conn::new(port);
             for _ in 0..incrs {
-                assert!(c.text(&["INCR", "counter"]).starts_with(':'));
+                assert!(c.reply(&["INCR", "counter"]).starts_with(':'));
             }
         }));
     }
@@ -395,7 +364,7 @@ fn a_script_is_atomic_on_its_keys_and_other_shards_keep_serving() {
     let mut c = Conn::new(port);
     let want = 2 * (scripts + incrs);
     assert_eq!(
-        c.text(&["GET", "counter"]),
+        c.reply(&["GET", "counter"]),
         format!("${}\r\n{want}\r\n", want.to_string().len())
     );
 
@@ -408,7 +377,7 @@ fn a_script_is_atomic_on_its_keys_and_other_shards_keep_serving() {
     let d = done.clone();
     let long = std::thread::spawn(move || {
         let mut c = Conn::new(port);
-        let r = c.text(&[
+        let r = c.reply(&[
             "EVAL",
             "for i = 1, 300000000 do end return redis.call('set', KEYS[1], 'x')",
             "1",
@@ -418,7 +387,7 @@ fn a_script_is_atomic_on_its_keys_and_other_shards_keep_serving() {
         r
     });
     std::thread::sleep(Duration::from_millis(200));
-    let served = (0..64).find(|i| c.text(&["SET", &format!("fast{i}"), "1"]) == "+OK\r\n");
+    let served = (0..64).find(|i| c.reply(&["SET", &format!("fast{i}"), "1"]) == "+OK\r\n");
     assert!(served.is_some(), "no key of another shard was served");
     assert!(
         !done.load(Ordering::SeqCst),
@@ -433,21 +402,21 @@ fn busy_then_script_kill() {
     let port = s.port;
     let mut c = Conn::new(port);
     assert_eq!(
-        c.text(&["SCRIPT", "KILL"]),
+        c.reply(&["SCRIPT", "KILL"]),
         "-NOTBUSY No scripts in execution right now.\r\n"
     );
     c.call(&["CONFIG", "SET", "busy-reply-threshold", "100"]);
     let spinner = std::thread::spawn(move || {
         let mut c = Conn::new(port);
-        c.text(&["EVAL", "local i = 0 while true do i = i + 1 end", "1", "k"])
+        c.reply(&["EVAL", "local i = 0 while true do i = i + 1 end", "1", "k"])
     });
     // Until the script has run past the threshold, a GET of its key waits; after,
     // it is answered BUSY. A key-less command is served all along.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        assert_eq!(c.text(&["PING"]), "+PONG\r\n");
+        assert_eq!(c.reply(&["PING"]), "+PONG\r\n");
         let mut g = Conn::new(port);
-        let r = g.text(&["GET", "k"]);
+        let r = g.reply(&["GET", "k"]);
         if r.starts_with("-BUSY") {
             assert_eq!(
                 r,
@@ -458,23 +427,23 @@ fn busy_then_script_kill() {
         assert!(Instant::now() < deadline, "never BUSY: {r}");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(c.text(&["SCRIPT", "KILL"]), "+OK\r\n");
+    assert_eq!(c.reply(&["SCRIPT", "KILL"]), "+OK\r\n");
     let killed = spinner.join().unwrap();
     assert!(
         killed.starts_with("-ERR Script killed by user with SCRIPT KILL... script: ")
             && killed.ends_with(", on @user_script:1.\r\n"),
         "{killed}"
     );
-    assert_eq!(c.text(&["GET", "k"]), "$-1\r\n");
+    assert_eq!(c.reply(&["GET", "k"]), "$-1\r\n");
     assert_eq!(
-        c.text(&["SCRIPT", "KILL"]),
+        c.reply(&["SCRIPT", "KILL"]),
         "-NOTBUSY No scripts in execution right now.\r\n"
     );
 
     // A script that wrote cannot be killed: it runs to its end.
     let writer = std::thread::spawn(move || {
         let mut c = Conn::new(port);
-        c.text(&[
+        c.reply(&[
             "EVAL",
             "redis.call('set', KEYS[1], 'w') for i = 1, 200000000 do end return 1",
             "1",
@@ -483,7 +452,7 @@ fn busy_then_script_kill() {
     });
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let r = c.text(&["SCRIPT", "KILL"]);
+        let r = c.reply(&["SCRIPT", "KILL"]);
         if r.starts_with("-UNKILLABLE") {
             assert!(
                 r.starts_with("-UNKILLABLE Sorry the script already executed write commands"),
@@ -495,18 +464,18 @@ fn busy_then_script_kill() {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert_eq!(writer.join().unwrap(), ":1\r\n");
-    assert_eq!(c.text(&["GET", "k"]), "$1\r\nw\r\n");
+    assert_eq!(c.reply(&["GET", "k"]), "$1\r\nw\r\n");
 }
 
 /// Starts `body` on key `k` from a thread of its own and returns once it runs;
 /// the thread returns the script's reply.
 fn spin(port: u16, body: &'static str) -> std::thread::JoinHandle<String> {
-    let h = std::thread::spawn(move || Conn::new(port).text(&["EVAL", body, "1", "k"]));
+    let h = std::thread::spawn(move || Conn::new(port).reply(&["EVAL", body, "1", "k"]));
     let mut c = Conn::new(port);
     let deadline = Instant::now() + Duration::from_secs(30);
     // CLIENT LIST shows a connection's command from the moment it starts.
     while !c
-        .text(&["CLIENT", "LIST"])
+        .reply(&["CLIENT", "LIST"])
         .lines()
         .any(|l| l.contains(" cmd=eval "))
     {
@@ -516,14 +485,14 @@ fn spin(port: u16, body: &'static str) -> std::thread::JoinHandle<String> {
     // CLIENT LIST shows eval a moment before the script holds its key (on a
     // loaded machine, maybe much more): with a zero threshold a GET of it is
     // answered BUSY exactly once it does.
-    let threshold = c.text(&["CONFIG", "GET", "busy-reply-threshold"]);
+    let threshold = c.reply(&["CONFIG", "GET", "busy-reply-threshold"]);
     let threshold = threshold
         .lines()
         .nth(4)
         .expect("CONFIG GET reply")
         .to_string();
     c.call(&["CONFIG", "SET", "busy-reply-threshold", "0"]);
-    while !c.text(&["GET", "k"]).starts_with("-BUSY ") {
+    while !c.reply(&["GET", "k"]).starts_with("-BUSY ") {
         assert!(Instant::now() < deadline, "the script never held its key");
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -536,7 +505,7 @@ fn spin(port: u16, body: &'static str) -> std::thread::JoinHandle<String> {
 fn kill(c: &mut Conn) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        match c.text(&["SCRIPT", "KILL"]).as_str() {
+        match c.reply(&["SCRIPT", "KILL"]).as_str() {
             "+OK\r\n" => return,
             "-NOTBUSY No scripts in execution right now.\r\n" => {}
             other => panic!("SCRIPT KILL: {other}"),
@@ -569,7 +538,7 @@ fn script_kill_cannot_be_caught() {
         let r = h.join().unwrap();
         assert!(r.starts_with(KILLED), "{body}: {r}");
     }
-    assert_eq!(c.text(&["PING"]), "+PONG\r\n");
+    assert_eq!(c.reply(&["PING"]), "+PONG\r\n");
 }
 
 /// Commands waiting for a script's shard wait parked, off the runtime's workers:
@@ -593,11 +562,11 @@ fn clients_waiting_for_a_script_hold_no_worker() {
         .collect();
     std::thread::sleep(Duration::from_millis(200));
     let mut other = Conn::new(port);
-    assert_eq!(other.text(&["PING"]), "+PONG\r\n");
-    let served = (0..64).any(|i| other.text(&["SET", &format!("other{i}"), "1"]) == "+OK\r\n");
+    assert_eq!(other.reply(&["PING"]), "+PONG\r\n");
+    let served = (0..64).any(|i| other.reply(&["SET", &format!("other{i}"), "1"]) == "+OK\r\n");
     assert!(served, "no key of another shard was served");
     assert!(other
-        .text(&["INFO", "clients"])
+        .reply(&["INFO", "clients"])
         .contains("blocked_clients:0\r\n"));
     for w in &mut waiters {
         w.set_nonblocking(true).unwrap();
@@ -627,11 +596,11 @@ fn busy_inside_multi_aborts_the_transaction() {
     c.call(&["CONFIG", "SET", "busy-reply-threshold", "0"]);
     let h = spin(port, "while true do end");
     let mut m = Conn::new(port);
-    assert_eq!(m.text(&["MULTI"]), "+OK\r\n");
-    assert!(m.text(&["GET", "k"]).starts_with("-BUSY "));
-    assert_eq!(m.text(&["PING"]), "+QUEUED\r\n");
+    assert_eq!(m.reply(&["MULTI"]), "+OK\r\n");
+    assert!(m.reply(&["GET", "k"]).starts_with("-BUSY "));
+    assert_eq!(m.reply(&["PING"]), "+QUEUED\r\n");
     assert_eq!(
-        m.text(&["EXEC"]),
+        m.reply(&["EXEC"]),
         "-EXECABORT Transaction discarded because of previous errors.\r\n"
     );
     kill(&mut c);
@@ -639,21 +608,21 @@ fn busy_inside_multi_aborts_the_transaction() {
 
     // EXEC itself refused (its queued GET needs the script's shard): the
     // transaction ends, with the reason, as Redis's does.
-    assert_eq!(m.text(&["MULTI"]), "+OK\r\n");
-    assert_eq!(m.text(&["GET", "k"]), "+QUEUED\r\n");
+    assert_eq!(m.reply(&["MULTI"]), "+OK\r\n");
+    assert_eq!(m.reply(&["GET", "k"]), "+QUEUED\r\n");
     let h = spin(port, "while true do end");
     assert_eq!(
-        m.text(&["EXEC"]),
+        m.reply(&["EXEC"]),
         "-EXECABORT Transaction discarded because of: BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n"
     );
-    assert_eq!(m.text(&["DISCARD"]), "-ERR DISCARD without MULTI\r\n");
+    assert_eq!(m.reply(&["DISCARD"]), "-ERR DISCARD without MULTI\r\n");
     kill(&mut c);
     assert!(h.join().unwrap().starts_with(KILLED));
 
     c.call(&["CONFIG", "SET", "busy-reply-threshold", "600000"]);
     let h = spin(port, "while true do end");
-    assert_eq!(m.text(&["MULTI"]), "+OK\r\n");
-    assert_eq!(m.text(&["SET", "k", "v"]), "+QUEUED\r\n");
+    assert_eq!(m.reply(&["MULTI"]), "+OK\r\n");
+    assert_eq!(m.reply(&["SET", "k", "v"]), "+QUEUED\r\n");
     m.s.write_all(&resp_cmd(&[b"EXEC"])).unwrap();
     kill(&mut c);
     assert!(h.join().unwrap().starts_with(KILLED));
@@ -665,7 +634,7 @@ fn busy_inside_multi_aborts_the_transaction() {
         buf.extend_from_slice(&b[..n]);
     }
     assert_eq!(buf, b"*1\r\n+OK\r\n", "EXEC ran once the script ended");
-    assert_eq!(c.text(&["GET", "k"]), "$1\r\nv\r\n");
+    assert_eq!(c.reply(&["GET", "k"]), "$1\r\nv\r\n");
 }
 
 /// Bytecode never runs: EVAL of a binary chunk and loadstring of string.dump's
@@ -675,7 +644,7 @@ fn busy_inside_multi_aborts_the_transaction() {
 fn bytecode_never_runs() {
     let s = TestServer::start();
     let mut c = Conn::new(s.port);
-    let r = c.text(&[
+    let r = c.reply(&[
         "EVAL",
         "local f = loadstring(string.dump(function() return 'ran' end)) return f and f() or 'refused'",
         "0",
@@ -695,12 +664,12 @@ fn shutdown_nosave_ends_a_script_that_will_not() {
     // DBSIZE needs no shard: it sees the script's write before SCRIPT KILL is
     // asked (on a loaded machine the script may not have reached it yet).
     let deadline = Instant::now() + Duration::from_secs(30);
-    while c.text(&["DBSIZE"]) != ":1\r\n" {
+    while c.reply(&["DBSIZE"]) != ":1\r\n" {
         assert!(Instant::now() < deadline, "the script never wrote");
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert!(c.text(&["SHUTDOWN"]).starts_with("-BUSY "));
-    assert!(c.text(&["SCRIPT", "KILL"]).starts_with("-UNKILLABLE "));
+    assert!(c.reply(&["SHUTDOWN"]).starts_with("-BUSY "));
+    assert!(c.reply(&["SCRIPT", "KILL"]).starts_with("-UNKILLABLE "));
     c.s.write_all(&resp_cmd(&[b"SHUTDOWN", b"NOSAVE"])).unwrap();
     assert!(s.wait_exit(Duration::from_secs(20)).success());
     assert!(h.join().unwrap().starts_with(KILLED));

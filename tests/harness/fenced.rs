@@ -17,7 +17,8 @@ use relcache_protocol::resp::{parse_frame, Frame, Limits};
 use super::resp_cmd;
 
 pub struct Conn {
-    s: TcpStream,
+    /// The socket itself, for tests that read or write around the protocol.
+    pub s: TcpStream,
     buf: Vec<u8>,
     fences: u64,
 }
@@ -65,6 +66,11 @@ impl Conn {
             }
             self.fill(args);
         }
+    }
+
+    /// [`call`](Self::call) as text.
+    pub fn reply(&mut self, args: &[&str]) -> String {
+        String::from_utf8_lossy(&self.call(args)).into_owned()
     }
 
     /// The next frame, whatever it is (a message, an invalidation).
