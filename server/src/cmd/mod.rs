@@ -385,10 +385,13 @@ pub fn dispatch(
     out: &mut bytes::BytesMut,
     resumed: Option<Instant>,
 ) -> Flow {
-    if session.tracking.is_some() {
+    // Only a tracking client holds messages back; the others skip the lock.
+    let tracking = session.tracking.is_some();
+    if tracking {
         crate::pubsub::command_starts(session);
     }
     let outcome = execute(server, session, args, resumed);
+    let holds = tracking || session.tracking.is_some();
     // CLIENT CACHING covers the next command (once it answers), or the next
     // transaction.
     if let Some(t) = session.tracking.as_deref_mut() {
@@ -408,7 +411,9 @@ pub fn dispatch(
                 crate::observe::error_reply(server, &reply);
                 reply.encode(session.proto, out);
             }
-            crate::pubsub::after_reply(session, out);
+            if holds {
+                crate::pubsub::after_reply(session, out);
+            }
             return Flow::Continue;
         }
         Outcome::Close(reply) => (reply, Flow::Close),
@@ -418,7 +423,7 @@ pub fn dispatch(
         crate::observe::error_reply(server, &reply);
         reply.encode(session.proto, out);
     }
-    if !matches!(flow, Flow::Park(_)) {
+    if holds && !matches!(flow, Flow::Park(_)) {
         crate::pubsub::after_reply(session, out);
     }
     flow
