@@ -47,7 +47,7 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
         name: "quit",
         arity: -1,
         // Runs at once inside MULTI, as in Redis.
-        flags: PRE_AUTH | spec::NOT_QUEUED,
+        flags: PRE_AUTH | spec::NOT_QUEUED | spec::UNWATCHES,
         group: Group::Connection,
         summary: "Closes the connection.",
         handler: quit,

@@ -632,8 +632,7 @@ fn gate_shards(
     spec: &CommandSpec,
     args: &[Bytes],
 ) -> Option<Vec<usize>> {
-    let unwatches = matches!(spec.name, "exec" | "discard" | "unwatch" | "reset");
-    let mut shards: Vec<usize> = match unwatches {
+    let mut shards: Vec<usize> = match spec.has(spec::UNWATCHES) {
         true => session
             .watched
             .iter()

@@ -39,6 +39,9 @@ pub const NOT_QUEUED: u32 = 1 << 30;
 /// Internal: runs the commands MULTI queued (EXEC), so it is admitted under
 /// maxmemory as they would be.
 pub const RUNS_QUEUED: u32 = 1 << 29;
+/// Internal: drops the connection's WATCHes (EXEC, DISCARD, UNWATCH, RESET), so it
+/// locks the watched keys' shards and waits for a script that holds them.
+pub const UNWATCHES: u32 = 1 << 28;
 
 const FLAG_NAMES: &[(u32, &str)] = &[
     (WRITE, "write"),

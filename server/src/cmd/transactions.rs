@@ -43,7 +43,8 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
             | spec::STALE
             | spec::SKIP_SLOWLOG
             | spec::NOT_QUEUED
-            | spec::RUNS_QUEUED,
+            | spec::RUNS_QUEUED
+            | spec::UNWATCHES,
         group: Group::Transactions,
         since: "1.2.0",
         summary: "Executes all commands in a transaction.",
@@ -59,7 +60,8 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
             | spec::STALE
             | spec::FAST
             | spec::ALLOW_BUSY
-            | spec::NOT_QUEUED,
+            | spec::NOT_QUEUED
+            | spec::UNWATCHES,
         group: Group::Transactions,
         since: "2.0.0",
         summary: "Discards a transaction.",
@@ -88,7 +90,12 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: "unwatch",
         arity: 1,
-        flags: spec::NOSCRIPT | spec::LOADING | spec::STALE | spec::FAST | spec::ALLOW_BUSY,
+        flags: spec::NOSCRIPT
+            | spec::LOADING
+            | spec::STALE
+            | spec::FAST
+            | spec::ALLOW_BUSY
+            | spec::UNWATCHES,
         group: Group::Transactions,
         since: "2.2.0",
         summary: "Forgets about watched keys of a transaction.",
