@@ -34,38 +34,52 @@ use std::process::Command;
 use harness::real_redis::RedisServer;
 use harness::TestServer;
 
-/// One redis-benchmark row: req/s and p50 latency in ms.
+/// One redis-benchmark run: req/s, p50 latency in ms, and the server's CPU time
+/// per request in ns.
 #[derive(Clone, Copy, Debug)]
 struct Row {
     rps: f64,
     p50_ms: f64,
+    cpu_ns: f64,
 }
 
-/// Runs one redis-benchmark and returns (test name, row) for each test it ran.
-fn run_benchmark(port: u16, pipeline: u32, requests: u64) -> Vec<(String, Row)> {
-    let args = [
+/// One cell of the table: a test at a pipeline depth, on spread keys or one.
+#[derive(Clone, Copy, PartialEq)]
+struct Config {
+    test: &'static str,
+    pipeline: u32,
+    spread: bool,
+    requests: u64,
+}
+
+/// Runs one redis-benchmark of `c` against the server `pid` listening on `port`.
+fn run_benchmark(port: u16, pid: u32, c: Config) -> Row {
+    let mut args = vec![
         "-h".to_string(),
         "127.0.0.1".into(),
         "-p".into(),
         port.to_string(),
         "-t".into(),
-        "get,set".into(),
+        c.test.to_ascii_lowercase(),
         "-n".into(),
-        requests.to_string(),
-        "-r".into(),
-        "100000".into(),
+        c.requests.to_string(),
         "-d".into(),
         "64".into(),
         "-c".into(),
         "50".into(),
         "-P".into(),
-        pipeline.to_string(),
+        c.pipeline.to_string(),
         "--csv".into(),
     ];
+    if c.spread {
+        args.extend(["-r".into(), "100000".into()]);
+    }
+    let cpu_before = harness::cpu_ns(pid);
     let out = Command::new(harness::tool("redis-benchmark"))
         .args(&args)
         .output()
         .expect("run redis-benchmark");
+    let cpu = harness::cpu_ns(pid) - cpu_before;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -74,23 +88,25 @@ fn run_benchmark(port: u16, pipeline: u32, requests: u64) -> Vec<(String, Row)> 
         args.join(" ")
     );
     // "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms",...
-    let rows: Vec<(String, Row)> = stdout
+    let rows: Vec<Row> = stdout
         .lines()
         .skip_while(|l| !l.starts_with("\"test\""))
         .skip(1)
         .filter_map(|l| {
             let cols: Vec<&str> = l.split(',').map(|c| c.trim_matches('"')).collect();
-            let rps = cols.get(1)?.parse().ok()?;
-            let p50_ms = cols.get(4)?.parse().ok()?;
-            Some((cols[0].to_string(), Row { rps, p50_ms }))
+            Some(Row {
+                rps: cols.get(1)?.parse().ok()?,
+                p50_ms: cols.get(4)?.parse().ok()?,
+                cpu_ns: cpu as f64 / c.requests as f64,
+            })
         })
         .collect();
     assert_eq!(
         rows.len(),
-        2,
+        1,
         "unexpected redis-benchmark output:\n{stdout}"
     );
-    rows
+    rows[0]
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -143,49 +159,51 @@ fn main() {
         relcache.port, redis.port
     );
 
-    let configs: [(u32, u64); 2] = [(16, requests * 5), (1, requests)];
-    let tests = ["SET", "GET"];
-    let mut cells: Vec<((&str, u32), Cell)> = Vec::new();
-    for &(p, _) in &configs {
-        for t in tests {
-            cells.push(((t, p), Cell::default()));
+    let mut configs = Vec::new();
+    for (pipeline, n) in [(16, requests * 5), (1, requests)] {
+        for spread in [true, false] {
+            for test in ["SET", "GET"] {
+                configs.push(Config {
+                    test,
+                    pipeline,
+                    spread,
+                    requests: n,
+                });
+            }
         }
     }
+    let mut cells: Vec<(Config, Cell)> = configs.iter().map(|&c| (c, Cell::default())).collect();
 
     for round in 0..rounds {
-        for &(pipeline, n) in &configs {
+        for (c, cell) in cells.iter_mut() {
             // Alternate who goes first so drift (thermal, page cache, the other
             // engineers' builds) does not always favour the same server.
-            let order: [bool; 2] = if round % 2 == 0 {
+            let order = if round % 2 == 0 {
                 [true, false]
             } else {
                 [false, true]
             };
             for is_relcache in order {
-                let port = if is_relcache {
-                    relcache.port
+                let row = if is_relcache {
+                    run_benchmark(relcache.port, relcache.pid(), *c)
                 } else {
-                    redis.port
+                    run_benchmark(redis.port, redis.pid(), *c)
                 };
-                let rows = run_benchmark(port, pipeline, n);
-                for (name, row) in rows {
-                    let cell = cells
-                        .iter_mut()
-                        .find(|((t, p), _)| *t == name && *p == pipeline)
-                        .map(|(_, c)| c)
-                        .unwrap_or_else(|| panic!("unexpected test {name}"));
-                    if is_relcache {
-                        cell.relcache.push(row);
-                    } else {
-                        cell.redis.push(row);
-                    }
-                    eprintln!(
-                        "round {} -P {pipeline:<2} {:<8} {name:<3} {:>12.0} req/s  p50 {:.3} ms",
-                        round + 1,
-                        if is_relcache { "relcache" } else { "redis" },
-                        row.rps,
-                        row.p50_ms
-                    );
+                eprintln!(
+                    "round {} -P {:<2} {:<6} {:<8} {:<3} {:>10.0} req/s  p50 {:.3} ms  {:>6.0} ns CPU/req",
+                    round + 1,
+                    c.pipeline,
+                    if c.spread { "-r" } else { "hot" },
+                    if is_relcache { "relcache" } else { "redis" },
+                    c.test,
+                    row.rps,
+                    row.p50_ms,
+                    row.cpu_ns
+                );
+                if is_relcache {
+                    cell.relcache.push(row);
+                } else {
+                    cell.redis.push(row);
                 }
             }
         }
@@ -193,32 +211,37 @@ fn main() {
 
     println!();
     println!(
-        "{:<5} {:>8} {:>16} {:>16} {:>7}   {:>14} {:>14}   {:>19}",
+        "{:<4} {:>3} {:<5} {:>14} {:>14} {:>6}   {:>12} {:>12} {:>6}   {:>8} {:>8}",
         "test",
-        "pipeline",
+        "-P",
+        "keys",
         "relcache req/s",
         "redis req/s",
         "ratio",
-        "relcache p50ms",
-        "redis p50ms",
-        "relcache min..max"
+        "relcache ns",
+        "redis ns",
+        "ratio",
+        "rc p50ms",
+        "rd p50ms"
     );
-    for ((test, pipeline), cell) in &cells {
-        let mut a: Vec<f64> = cell.relcache.iter().map(|r| r.rps).collect();
-        let mut b: Vec<f64> = cell.redis.iter().map(|r| r.rps).collect();
-        let mut pa: Vec<f64> = cell.relcache.iter().map(|r| r.p50_ms).collect();
-        let mut pb: Vec<f64> = cell.redis.iter().map(|r| r.p50_ms).collect();
-        let (lo, hi) = a
-            .iter()
-            .fold((f64::MAX, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-        let (ma, mb) = (median(&mut a), median(&mut b));
+    for (c, cell) in &cells {
+        let med =
+            |rows: &[Row], f: fn(&Row) -> f64| median(&mut rows.iter().map(f).collect::<Vec<_>>());
+        let (ra, rb) = (med(&cell.relcache, |r| r.rps), med(&cell.redis, |r| r.rps));
+        let (ca, cb) = (
+            med(&cell.relcache, |r| r.cpu_ns),
+            med(&cell.redis, |r| r.cpu_ns),
+        );
         println!(
-            "{test:<5} {pipeline:>8} {ma:>16.0} {mb:>16.0} {:>7.2}   {:>14.3} {:>14.3}   {:>9.0}..{:<9.0}",
-            ma / mb,
-            median(&mut pa),
-            median(&mut pb),
-            lo,
-            hi
+            "{:<4} {:>3} {:<5} {ra:>14.0} {rb:>14.0} {:>6.2}   {ca:>12.0} {cb:>12.0} {:>6.2}   {:>8.3} {:>8.3}",
+            c.test,
+            c.pipeline,
+            if c.spread { "-r" } else { "hot" },
+            ra / rb,
+            ca / cb,
+            med(&cell.relcache, |r| r.p50_ms),
+            med(&cell.redis, |r| r.p50_ms),
         );
     }
+    println!("(ns: server CPU time per request, all threads; ratio < 1 in ns and > 1 in req/s favour relcache)");
 }

@@ -138,6 +138,11 @@ impl TestServer {
         panic!("relcache-server on port {} never answered PING", self.port);
     }
 
+    /// The server's process id (benches read its CPU time from `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
@@ -481,4 +486,15 @@ impl Raw {
     pub fn expect_err(&mut self, args: &[&str], text: &str) {
         self.expect(args, format!("-{text}\r\n").as_bytes());
     }
+}
+
+/// CPU time, in nanoseconds, that process `pid` has run so far, all its threads
+/// together (the sum of `/proc/PID/task/*/schedstat`'s first field: nanoseconds,
+/// where `/proc/PID/stat` counts 10 ms ticks).
+pub fn cpu_ns(pid: u32) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc/PID/task");
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }

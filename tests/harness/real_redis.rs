@@ -14,6 +14,11 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
+    /// The server's process id (benches read its CPU time from `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn start() -> RedisServer {
         RedisServer::start_with(&[])
     }
