@@ -10,7 +10,7 @@ mod harness;
 use std::io::Read;
 use std::time::{Duration, Instant};
 
-use harness::fenced::Conn;
+use harness::fenced::{same_answers, Conn};
 use harness::real_redis::RedisServer;
 use harness::{info_stat, TestServer};
 
@@ -112,11 +112,7 @@ fn compare_script(ours: &mut Conn, theirs: &mut Conn, proto: &str, script: &[&[&
     for c in [&mut *ours, &mut *theirs] {
         c.text(&["HELLO", proto]);
     }
-    for req in script {
-        let want = theirs.text(req);
-        let got = ours.text(req);
-        assert_eq!(got, want, "RESP{proto} reply to {req:?}");
-    }
+    same_answers(ours, theirs, script, &format!("RESP{proto}"), Conn::text);
 }
 
 #[test]

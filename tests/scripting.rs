@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use harness::fenced::Conn;
+use harness::fenced::{same_answers, Conn};
 use harness::real_redis::RedisServer;
 use harness::{resp_cmd, TestServer};
 use relcache_protocol::resp::{parse_frame, Limits};
@@ -118,11 +118,7 @@ fn compare(ours: &mut Conn, theirs: &mut Conn, proto: &str) {
         c.call(&["FLUSHALL"]);
         c.call(&["SET", "s", "str"]);
     }
-    for script in SCRIPTS {
-        let want = theirs.reply(script);
-        let got = ours.reply(script);
-        assert_eq!(got, want, "RESP{proto} reply to {script:?}");
-    }
+    same_answers(ours, theirs, SCRIPTS, &format!("RESP{proto}"), Conn::reply);
 }
 
 #[test]

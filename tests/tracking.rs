@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use harness::fenced::Conn;
+use harness::fenced::{same_answers, Conn};
 use harness::real_redis::RedisServer;
 use harness::{info_stat, resp_cmd, TestServer};
 use relcache_protocol::resp::{parse_frame, Frame, Limits};
@@ -80,11 +80,13 @@ fn tracking_commands_answer_as_redis_does() {
         for c in [&mut ours, &mut theirs] {
             c.call(&["HELLO", proto]);
         }
-        for req in COMMANDS {
-            let want = String::from_utf8_lossy(&theirs.call(req)).into_owned();
-            let got = String::from_utf8_lossy(&ours.call(req)).into_owned();
-            assert_eq!(got, want, "RESP{proto} reply to {req:?}");
-        }
+        same_answers(
+            &mut ours,
+            &mut theirs,
+            COMMANDS,
+            &format!("RESP{proto}"),
+            Conn::reply,
+        );
     }
 }
 

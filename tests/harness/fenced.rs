@@ -124,6 +124,23 @@ impl Conn {
     }
 }
 
+/// Sends each request to both servers, in order, and asserts the answers are the
+/// same bytes; `answer` reads a request's answer (`Conn::text` for everything up
+/// to a fence, `Conn::reply` for one reply). `what` names the run in a failure.
+pub fn same_answers(
+    ours: &mut Conn,
+    theirs: &mut Conn,
+    requests: &[&[&str]],
+    what: &str,
+    answer: fn(&mut Conn, &[&str]) -> String,
+) {
+    for req in requests {
+        let want = answer(theirs, req);
+        let got = answer(ours, req);
+        assert_eq!(got, want, "{what}: answer to {req:?}");
+    }
+}
+
 fn mentions(frame: &Frame, what: &[u8]) -> bool {
     match frame {
         Frame::Bulk(b) | Frame::Simple(b) => &b[..] == what,
