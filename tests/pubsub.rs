@@ -134,6 +134,31 @@ fn sharded_replies_and_errors_match_redis_byte_for_byte() {
     compare_script(&mut ours, &mut theirs, "3", SHARD_SCRIPT);
 }
 
+/// What a subscriber in `proto` hears after `subscribe`, as another client sends
+/// `publish`: the publishers' replies, then `messages` messages. Redis delivers to
+/// matching patterns in its dict's order, which varies from run to run, so the
+/// messages are sorted (compared as a set).
+fn heard(
+    port: u16,
+    proto: &str,
+    subscribe: &[&[&str]],
+    publish: &[&[&str]],
+    messages: usize,
+) -> String {
+    let mut sub = Conn::new(port);
+    let mut publisher = Conn::new(port);
+    sub.text(&["HELLO", proto]);
+    for req in subscribe {
+        sub.text(req);
+    }
+    let replies: String = publish.iter().map(|req| publisher.text(req)).collect();
+    let mut got: Vec<String> = (0..messages)
+        .map(|_| format!("{:?}", sub.frame()))
+        .collect();
+    got.sort();
+    format!("{replies}{got:?}")
+}
+
 /// `smessage` as another client publishes it, byte for byte, in both protocols;
 /// SPUBLISH counts shard subscribers only, never a channel or pattern of the same
 /// name.
@@ -142,18 +167,15 @@ fn shard_messages_match_redis_byte_for_byte() {
     let s = TestServer::start();
     let r = RedisServer::start();
     for proto in ["2", "3"] {
-        let mut got = Vec::new();
-        for port in [s.port, r.port] {
-            let mut sub = Conn::new(port);
-            let mut publisher = Conn::new(port);
-            sub.text(&["HELLO", proto]);
-            sub.text(&["SSUBSCRIBE", "orders"]);
-            sub.text(&["SUBSCRIBE", "orders"]);
-            sub.text(&["PSUBSCRIBE", "ord*"]);
-            let count = publisher.text(&["SPUBLISH", "orders", "o-1"]);
-            let message = format!("{:?}", sub.frame());
-            got.push(format!("{count}{message}"));
-        }
+        let subscribe: &[&[&str]] = &[
+            &["SSUBSCRIBE", "orders"],
+            &["SUBSCRIBE", "orders"],
+            &["PSUBSCRIBE", "ord*"],
+        ];
+        let publish: &[&[&str]] = &[&["SPUBLISH", "orders", "o-1"]];
+        let got: Vec<String> = [s.port, r.port]
+            .map(|port| heard(port, proto, subscribe, publish, 1))
+            .into();
         assert_eq!(got[0], got[1], "RESP{proto}");
         assert!(got[0].starts_with(":1\r\n"), "{}", got[0]);
         assert!(got[0].contains("smessage"), "{}", got[0]);
@@ -222,21 +244,11 @@ fn messages_match_redis_byte_for_byte() {
     let s = TestServer::start();
     let r = RedisServer::start();
     for proto in ["2", "3"] {
-        let mut got = Vec::new();
-        for port in [s.port, r.port] {
-            let mut sub = Conn::new(port);
-            let mut publisher = Conn::new(port);
-            sub.text(&["HELLO", proto]);
-            sub.text(&["SUBSCRIBE", "news"]);
-            sub.text(&["PSUBSCRIBE", "n*", "*s"]);
-            let count = publisher.text(&["PUBLISH", "news", "hot"]);
-            let other = publisher.text(&["PUBLISH", "nope", "cold"]);
-            // Redis delivers to matching patterns in its dict's order, which
-            // varies from run to run: the messages are compared as a set.
-            let mut messages: Vec<String> = (0..4).map(|_| format!("{:?}", sub.frame())).collect();
-            messages.sort();
-            got.push(format!("{count}{other}{messages:?}"));
-        }
+        let subscribe: &[&[&str]] = &[&["SUBSCRIBE", "news"], &["PSUBSCRIBE", "n*", "*s"]];
+        let publish: &[&[&str]] = &[&["PUBLISH", "news", "hot"], &["PUBLISH", "nope", "cold"]];
+        let got: Vec<String> = [s.port, r.port]
+            .map(|port| heard(port, proto, subscribe, publish, 4))
+            .into();
         assert_eq!(got[0], got[1], "RESP{proto}");
         assert!(got[0].starts_with(":3\r\n"), "{}", got[0]);
     }

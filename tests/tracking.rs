@@ -90,6 +90,17 @@ fn tracking_commands_answer_as_redis_does() {
     }
 }
 
+/// Runs `session` against relcache (`ours`) and Redis (`theirs`) and asserts the
+/// two logs agree step by step; returns relcache's.
+fn same_as_redis(session: fn(u16) -> Vec<String>, ours: u16, theirs: u16) -> Vec<String> {
+    let (got, want) = (session(ours), session(theirs));
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g, w);
+    }
+    assert_eq!(got.len(), want.len());
+    got
+}
+
 /// A tracking client and a writer on one server; what the tracker is sent is
 /// returned as text, each step's bytes labelled, for comparison with Redis.
 fn default_mode_session(port: u16) -> Vec<String> {
@@ -143,12 +154,7 @@ fn default_mode_session(port: u16) -> Vec<String> {
 fn default_mode_invalidations_match_redis_byte_for_byte() {
     let s = TestServer::start();
     let r = RedisServer::start();
-    let ours = default_mode_session(s.port);
-    let theirs = default_mode_session(r.port);
-    for (got, want) in ours.iter().zip(&theirs) {
-        assert_eq!(got, want);
-    }
-    assert_eq!(ours.len(), theirs.len());
+    let ours = same_as_redis(default_mode_session, s.port, r.port);
     assert!(
         ours.iter()
             .any(|l| l.starts_with("own set: +OK\r\n>2\r\n$10\r\ninvalidate")),
@@ -229,12 +235,7 @@ fn bcast_and_redirect_session(port: u16) -> Vec<String> {
 fn bcast_and_redirect_match_redis() {
     let s = TestServer::start();
     let r = RedisServer::start();
-    let ours = bcast_and_redirect_session(s.port);
-    let theirs = bcast_and_redirect_session(r.port);
-    for (got, want) in ours.iter().zip(&theirs) {
-        assert_eq!(got, want);
-    }
-    assert_eq!(ours.len(), theirs.len());
+    let ours = same_as_redis(bcast_and_redirect_session, s.port, r.port);
     assert!(ours.iter().any(|l| l == "broken true"), "{ours:#?}");
 }
 
