@@ -5,6 +5,7 @@
 //!   (client side).
 //! - [`idset`]: the idset table, the fixed-length open-addressing array of `u64` ids
 //!   that a relation service builds and stores with one SET (see `FORMAT.md`).
+//! - [`slot`]: Redis Cluster's key → hash slot mapping (CRC16, hash tags).
 //! - [`snapshot`]: the snapshot file SAVE writes and a restart loads (see
 //!   `SNAPSHOT.md`).
 //!
@@ -13,4 +14,5 @@
 
 pub mod idset;
 pub mod resp;
+pub mod slot;
 pub mod snapshot;
