@@ -28,18 +28,33 @@ const PING_EVERY: Duration = Duration::from_millis(1000);
 /// An inbound link quiet this long is closed (its peer pings every second).
 const INBOUND_IDLE: Duration = Duration::from_secs(60);
 
-/// Binds the bus port on every `bind` address and starts serving it, plus the
-/// task that keeps a link to each peer.
-pub fn start(server: &Arc<Server>, bind: &[IpAddr], cport: u16) -> anyhow::Result<()> {
+/// Binds the bus port on every `bind` address (`cport` 0: one the system
+/// picks, the same on each); returns the listeners and the port.
+pub fn bind(bind: &[IpAddr], cport: u16) -> anyhow::Result<(Vec<std::net::TcpListener>, u16)> {
+    let mut port = cport;
+    let mut listeners = Vec::new();
     for ip in bind {
-        let l = std::net::TcpListener::bind((*ip, cport))
-            .map_err(|e| anyhow::anyhow!("cannot open the cluster bus port {ip}:{cport}: {e}"))?;
+        let l = std::net::TcpListener::bind((*ip, port))
+            .map_err(|e| anyhow::anyhow!("cannot open the cluster bus port {ip}:{port}: {e}"))?;
         l.set_nonblocking(true)?;
-        let l = TcpListener::from_std(l)?;
-        tokio::spawn(accept(l, server.clone()));
+        port = l.local_addr()?.port();
+        listeners.push(l);
+    }
+    Ok((listeners, port))
+}
+
+/// Serves the bus on `listeners`, and starts the task that keeps a link to each
+/// peer.
+pub fn start(server: &Arc<Server>, listeners: Vec<std::net::TcpListener>) {
+    for l in listeners {
+        match TcpListener::from_std(l) {
+            Ok(l) => {
+                tokio::spawn(accept(l, server.clone()));
+            }
+            Err(e) => tracing::warn!(error = %e, "cluster bus listener failed"),
+        }
     }
     tokio::spawn(links(server.clone()));
-    Ok(())
 }
 
 async fn accept(listener: TcpListener, server: Arc<Server>) {

@@ -154,12 +154,15 @@ pub fn start(server: &Arc<Server>, bind: &[std::net::IpAddr]) -> anyhow::Result<
         return Ok(());
     }
     let port = server.local_addr.port();
-    let cport = match config.cluster_port.load(Relaxed) as u16 {
+    // `--port 0` (a port the system picks, as tests use) picks the bus port too.
+    let wanted = match config.cluster_port.load(Relaxed) as u16 {
+        0 if config.port.load(Relaxed) == 0 => 0,
         0 => port.checked_add(10_000).ok_or_else(|| {
             anyhow::anyhow!("port {port} leaves no room for a bus port (+10000): set cluster-port")
         })?,
         p => p,
     };
+    let (listeners, cport) = bus::bind(bind, wanted)?;
     let path = config.dir.read().join(&*config.cluster_config_file.read());
     let now = now_ms();
     let mut state = match std::fs::read_to_string(&path) {
@@ -193,7 +196,8 @@ pub fn start(server: &Arc<Server>, bind: &[std::net::IpAddr]) -> anyhow::Result<
     cluster
         .update(|_| Ok::<_, ()>(()))
         .expect("an empty update succeeds");
-    bus::start(server, bind, cport)
+    bus::start(server, listeners);
+    Ok(())
 }
 
 /// Drops the keys of slots this node no longer owns, off the caller's thread
