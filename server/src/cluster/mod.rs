@@ -45,6 +45,9 @@ pub struct BusStats {
 
 pub struct Cluster {
     enabled: AtomicBool,
+    /// Every slot has an owner: kept by [`update`](Self::update) so routing never
+    /// scans the slot table.
+    covered: AtomicBool,
     state: RwLock<State>,
     /// The config file, and the generation last written to it.
     file: Mutex<(Option<PathBuf>, u64)>,
@@ -58,6 +61,7 @@ impl Default for Cluster {
     fn default() -> Self {
         Cluster {
             enabled: AtomicBool::new(false),
+            covered: AtomicBool::new(false),
             state: RwLock::new(State::new(NodeId::random(), 0, 0, now_ms())),
             file: Mutex::new((None, 0)),
             generation: AtomicU64::new(0),
@@ -82,6 +86,7 @@ impl Cluster {
         let (r, text, generation) = {
             let mut s = self.state.write();
             let r = f(&mut s)?;
+            self.covered.store(s.assigned() == SLOTS, Relaxed);
             (
                 r,
                 text::config(&s),
@@ -131,8 +136,7 @@ impl Cluster {
     /// Whether the cluster serves keys: every slot assigned, unless
     /// `cluster-require-full-coverage no`.
     pub fn ok(&self, server: &Server) -> bool {
-        !server.config.cluster_require_full_coverage.load(Relaxed)
-            || self.read().assigned() == SLOTS
+        self.covered.load(Relaxed) || !server.config.cluster_require_full_coverage.load(Relaxed)
     }
 }
 
