@@ -538,3 +538,24 @@ fn crc32(data: &[u8]) -> u32 {
     }
     !crc
 }
+
+/// redis-py's RedisCluster, as Python users run it (RESP2 and RESP3): strings,
+/// sets and IDSET commands routed by slot, a cross-slot command refused, MOVED
+/// followed after a slot moves (tests/python/cluster.py).
+#[test]
+fn redis_py_cluster_client_routes_and_follows_moves() {
+    let nodes = nodes(3);
+    create(&nodes);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/cluster.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(nodes[0].port.to_string())
+        .output()
+        .expect("run python3 (scripts/test.sh installs redis-py)");
+    assert!(
+        out.status.success() && out.stdout.starts_with(b"ok"),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
