@@ -559,3 +559,50 @@ fn redis_py_cluster_client_routes_and_follows_moves() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn redis_cli_adds_and_deletes_a_node() {
+    let mut all = nodes(4);
+    let extra = all.pop().unwrap();
+    create(&all);
+    let (ok, out) = redis_cli(&["--cluster", "add-node", &extra.addr(), &all[0].addr()]);
+    assert!(
+        ok && out.contains("[OK] New node added correctly."),
+        "{out}"
+    );
+    for n in all.iter().chain([&extra]) {
+        wait_for("every node to know four", || {
+            cluster_info(n, "cluster_known_nodes") == "4"
+        });
+    }
+    let (ok, out) = redis_cli(&["--cluster", "check", &extra.addr()]);
+    assert!(ok && out.contains("[OK] All 16384 slots covered."), "{out}");
+    assert!(out.contains("0 slots"), "the new node is empty: {out}");
+
+    let id = myid(&extra);
+    let (ok, out) = redis_cli(&["--cluster", "del-node", &all[1].addr(), &id]);
+    assert!(
+        ok && out.contains(">>> Sending CLUSTER FORGET messages to the cluster..."),
+        "{out}"
+    );
+    for n in &all {
+        wait_for("the others to forget it", || {
+            cluster_info(n, "cluster_known_nodes") == "3"
+        });
+        assert!(!n.cli_out(&["cluster", "nodes"]).contains(&id));
+    }
+    // The forgotten node is reset: it knows only itself, and gossip from the
+    // others does not bring it back.
+    wait_for("the deleted node to be alone", || {
+        cluster_info(&extra, "cluster_known_nodes") == "1"
+    });
+    std::thread::sleep(Duration::from_millis(2500));
+    for n in &all {
+        assert_eq!(cluster_info(n, "cluster_known_nodes"), "3");
+    }
+    let (ok, out) = redis_cli(&["--cluster", "check", &all[0].addr()]);
+    assert!(
+        ok && out.contains("[OK] All nodes agree about slots configuration."),
+        "{out}"
+    );
+}

@@ -121,10 +121,8 @@ pub fn parse(text: &str, now: u64) -> Result<State, String> {
         if !flags.contains(&"master") {
             return Err(at("only masters are supported (no replicas yet)"));
         }
-        if flags.contains(&"myself") {
-            if myself.replace(id).is_some() {
-                return Err(at("a second node flagged myself"));
-            }
+        if flags.contains(&"myself") && myself.replace(id).is_some() {
+            return Err(at("a second node flagged myself"));
         }
         let config_epoch = fields[6].parse().map_err(|_| at("bad config epoch"))?;
         if nodes.iter().any(|n: &Node| n.id == id) {

@@ -561,7 +561,7 @@ fn slot_list(args: &[Bytes]) -> Result<Vec<u16>, CmdError> {
 
 /// Slots named as `start end` pairs.
 fn slot_ranges(ctx: &Ctx<'_, '_>, args: &[Bytes]) -> Result<Vec<u16>, CmdError> {
-    if args.len() % 2 != 0 {
+    if !args.len().is_multiple_of(2) {
         return Err(CmdError::WrongArity(ctx.spec.name.into()));
     }
     let mut slots = Vec::new();
