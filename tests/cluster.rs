@@ -606,3 +606,37 @@ fn redis_cli_adds_and_deletes_a_node() {
         "{out}"
     );
 }
+
+#[test]
+fn publish_reaches_subscribers_on_every_node() {
+    let nodes = nodes(3);
+    create(&nodes);
+    let mut subscribers: Vec<Conn> = nodes.iter().map(|n| Conn::new(n.port)).collect();
+    for s in &mut subscribers {
+        assert!(s.reply(&["SUBSCRIBE", "news"]).contains("subscribe"));
+    }
+    // The links come up within a second of the cluster forming.
+    wait_for("every node's links to be up", || {
+        nodes.iter().all(|n| {
+            let links = n.cli_out(&["cluster", "links"]);
+            links.matches("direction").count() == 2
+        })
+    });
+    let mut publisher = Conn::new(nodes[1].port);
+    // The count is this node's subscribers, as in Redis.
+    assert_eq!(publisher.reply(&["PUBLISH", "news", "hello"]), ":1\r\n");
+    for s in &mut subscribers {
+        assert_eq!(
+            s.frame(),
+            relcache_protocol::resp::Frame::Array(vec![
+                relcache_protocol::resp::Frame::bulk("message"),
+                relcache_protocol::resp::Frame::bulk("news"),
+                relcache_protocol::resp::Frame::bulk("hello"),
+            ])
+        );
+    }
+    let sent: u64 = cluster_info(&nodes[1], "cluster_stats_messages_publish_sent")
+        .parse()
+        .unwrap();
+    assert_eq!(sent, 2);
+}

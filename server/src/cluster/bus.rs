@@ -57,7 +57,11 @@ pub fn start(server: &Arc<Server>, listeners: Vec<std::net::TcpListener>) {
     tokio::spawn(links(server.clone()));
 }
 
+/// Inbound bus connections one node serves at once: two per possible peer.
+const MAX_INBOUND: usize = 2 * super::state::MAX_NODES;
+
 async fn accept(listener: TcpListener, server: Arc<Server>) {
+    let open = Arc::new(tokio::sync::Semaphore::new(MAX_INBOUND));
     loop {
         let (stream, _) = tokio::select! {
             _ = server.shutdown.cancelled() => return,
@@ -70,7 +74,16 @@ async fn accept(listener: TcpListener, server: Arc<Server>) {
                 }
             },
         };
-        tokio::spawn(inbound(stream, server.clone()));
+        // Past the bound a connection is closed at once: a flood of them cannot
+        // grow the node.
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            continue;
+        };
+        let server = server.clone();
+        tokio::spawn(async move {
+            inbound(stream, server).await;
+            drop(permit);
+        });
     }
 }
 
@@ -160,6 +173,7 @@ fn kind_index(msg: &Message) -> usize {
     match msg {
         Message::Header(h) => h.kind as usize - 1,
         Message::Update { .. } => 3,
+        Message::Publish { .. } => 4,
     }
 }
 
@@ -180,6 +194,12 @@ fn receive(
     cluster.stats.received[kind_index(&msg)].fetch_add(1, Relaxed);
     let announce_set = !server.config.cluster_announce_ip.read().is_empty();
     let h = match msg {
+        Message::Publish { channel, message } => {
+            // For this node's subscribers only: the publishing node sent it to
+            // every peer itself.
+            crate::pubsub::publish(server, &channel, &message);
+            return false;
+        }
         Message::Update {
             node,
             config_epoch,
@@ -411,6 +431,8 @@ async fn ping_loop(
     let mut buf = Vec::new();
     let local = stream.local_addr()?.ip();
     let peer = stream.peer_addr()?.ip();
+    let (tx, mut outgoing) = tokio::sync::mpsc::channel(super::OUTBOX_FRAMES);
+    let _registered = Registered::new(server, id, tx);
     loop {
         let spread = cluster.spread.notified();
         let msg = {
@@ -475,11 +497,43 @@ async fn ping_loop(
             receive(server, msg, peer, local, &mut Vec::new());
             break;
         }
-        tokio::select! {
-            _ = server.shutdown.cancelled() => return Ok(Ended::Gone),
-            _ = spread => {}
-            _ = tokio::time::sleep(PING_EVERY) => {}
+        let next_ping = tokio::time::sleep(PING_EVERY);
+        tokio::pin!(next_ping);
+        tokio::pin!(spread);
+        loop {
+            tokio::select! {
+                _ = server.shutdown.cancelled() => return Ok(Ended::Gone),
+                _ = &mut spread => break,
+                _ = &mut next_ping => break,
+                frame = outgoing.recv() => match frame {
+                    Some(frame) => stream.write_all(&frame).await?,
+                    None => return Ok(Ended::Gone),
+                },
+            }
         }
+    }
+}
+
+/// A link's queue, registered in the cluster's outbox while the link is up.
+struct Registered<'a> {
+    server: &'a Server,
+    id: NodeId,
+}
+
+impl<'a> Registered<'a> {
+    fn new(
+        server: &'a Server,
+        id: NodeId,
+        tx: tokio::sync::mpsc::Sender<Arc<Vec<u8>>>,
+    ) -> Registered<'a> {
+        server.cluster.outbox.lock().insert(id, tx);
+        Registered { server, id }
+    }
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.server.cluster.outbox.lock().remove(&self.id);
     }
 }
 

@@ -36,12 +36,22 @@ use crate::server::Server;
 use node::NodeId;
 use state::State;
 
-/// Message counters, by kind (PING, PONG, MEET, UPDATE), for CLUSTER INFO.
+/// Message counters, by kind (PING, PONG, MEET, UPDATE, PUBLISH), for CLUSTER
+/// INFO; and PUBLISHes a full link queue dropped.
 #[derive(Default)]
 pub struct BusStats {
-    pub sent: [AtomicU64; 4],
-    pub received: [AtomicU64; 4],
+    pub sent: [AtomicU64; 5],
+    pub received: [AtomicU64; 5],
+    pub publish_dropped: AtomicU64,
 }
+
+/// Frames waiting to go out on each peer's link (PUBLISHes), bounded per link.
+pub(crate) type Outbox =
+    Mutex<std::collections::HashMap<NodeId, tokio::sync::mpsc::Sender<Arc<Vec<u8>>>>>;
+
+/// PUBLISHes one link may have waiting before more are dropped (Redis bounds a
+/// link's send buffer the same way, `cluster-link-sendbuf-limit`).
+pub(crate) const OUTBOX_FRAMES: usize = 1024;
 
 pub struct Cluster {
     enabled: AtomicBool,
@@ -54,6 +64,7 @@ pub struct Cluster {
     generation: AtomicU64,
     /// Wakes the bus's links to send at once (a change to spread).
     spread: tokio::sync::Notify,
+    outbox: Outbox,
     pub stats: BusStats,
 }
 
@@ -66,6 +77,7 @@ impl Default for Cluster {
             file: Mutex::new((None, 0)),
             generation: AtomicU64::new(0),
             spread: tokio::sync::Notify::new(),
+            outbox: Outbox::default(),
             stats: BusStats::default(),
         }
     }
@@ -96,6 +108,37 @@ impl Cluster {
         self.save(&text, generation);
         self.spread.notify_waiters();
         Ok(r)
+    }
+
+    /// Sends a PUBLISH to every peer, for their subscribers (Redis Cluster's
+    /// PUBLISH reaches the whole cluster). A peer whose link is down or whose
+    /// queue is full misses it: pub/sub delivers at most once.
+    pub fn publish(&self, channel: &bytes::Bytes, message: &bytes::Bytes) {
+        let outbox = self.outbox.lock();
+        if outbox.is_empty() {
+            return;
+        }
+        let msg = wire::Message::Publish {
+            channel: channel.clone(),
+            message: message.clone(),
+        };
+        let mut frame = Vec::new();
+        wire::encode(&msg, &mut frame);
+        if frame.len() > wire::MAX_BODY {
+            tracing::warn!(
+                bytes = message.len(),
+                "PUBLISH too large for the cluster bus: delivered on this node only"
+            );
+            return;
+        }
+        let frame = Arc::new(frame);
+        for tx in outbox.values() {
+            if tx.try_send(frame.clone()).is_ok() {
+                self.stats.sent[4].fetch_add(1, Relaxed);
+            } else {
+                self.stats.publish_dropped.fetch_add(1, Relaxed);
+            }
+        }
     }
 
     /// Changes the state without saving it (link times, placeholders).

@@ -10,7 +10,7 @@
 //! and a body is one message (all integers little-endian):
 //!
 //! ```text
-//! kind: u8            1 PING, 2 PONG, 3 MEET, 4 UPDATE
+//! kind: u8            1 PING, 2 PONG, 3 MEET, 4 UPDATE, 5 PUBLISH
 //! PING / PONG / MEET:
 //!   sender id: 40 bytes (lowercase hex)   port: u16   cport: u16
 //!   current epoch: u64   config epoch: u64
@@ -22,6 +22,8 @@
 //! UPDATE (a node's newer claim, sent to a node that claims its slots with an
 //! older epoch):
 //!   node id: 40 bytes   config epoch: u64   slots: 2,048 bytes
+//! PUBLISH (a client's PUBLISH on the sending node, for this node's subscribers):
+//!   channel length: u32, channel   message length: u32, message
 //! ```
 //!
 //! Decoding checks every length against the bytes there are, names against the
@@ -39,8 +41,10 @@ use relcache_protocol::slot::SLOTS;
 pub const MAGIC: &[u8; 4] = b"RCB1";
 /// Gossip entries one message may carry.
 pub const MAX_GOSSIP: usize = 1_000;
-/// The largest body: a full gossip section with the longest addresses, and room.
-pub const MAX_BODY: usize = 128 * 1024;
+/// The largest body: what a PUBLISH may carry (a larger message reaches only
+/// the node it was published on). A peer holds at most this much of one node's
+/// memory per connection, and only by sending it.
+pub const MAX_BODY: usize = 8 * 1024 * 1024;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -80,6 +84,10 @@ pub enum Message {
         config_epoch: u64,
         slots: SlotBits,
     },
+    Publish {
+        channel: bytes::Bytes,
+        message: bytes::Bytes,
+    },
 }
 
 /// Appends `msg` as one frame.
@@ -116,6 +124,13 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             out.extend_from_slice(&node.0);
             out.extend_from_slice(&config_epoch.to_le_bytes());
             out.extend_from_slice(&slots.0[..]);
+        }
+        Message::Publish { channel, message } => {
+            out.push(5);
+            for part in [channel, message] {
+                out.extend_from_slice(&(part.len() as u32).to_le_bytes());
+                out.extend_from_slice(part);
+            }
         }
     }
     let len = (out.len() - body) as u32;
@@ -195,6 +210,18 @@ impl<'a> Reader<'a> {
         ))
     }
 
+    fn u32(&mut self) -> Result<u32, WireError> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+
+    /// A `u32`-length-prefixed byte string.
+    fn sized(&mut self) -> Result<bytes::Bytes, WireError> {
+        let n = self.u32()? as usize;
+        Ok(bytes::Bytes::copy_from_slice(self.take(n)?))
+    }
+
     fn u64(&mut self) -> Result<u64, WireError> {
         Ok(u64::from_le_bytes(
             self.take(8)?.try_into().expect("8 bytes"),
@@ -235,6 +262,11 @@ fn body_of(r: &mut Reader<'_>) -> Result<Message, WireError> {
                 slots: r.slots()?,
             };
             return finish(r, msg);
+        }
+        5 => {
+            let channel = r.sized()?;
+            let message = r.sized()?;
+            return finish(r, Message::Publish { channel, message });
         }
         _ => return Err(WireError::Malformed("unknown message kind")),
     };
@@ -313,7 +345,11 @@ mod tests {
             config_epoch: 2,
             slots: SlotBits::default(),
         };
-        for msg in [header(), update] {
+        let publish = Message::Publish {
+            channel: bytes::Bytes::from_static(b"news"),
+            message: bytes::Bytes::from_static(b"hello"),
+        };
+        for msg in [header(), update, publish] {
             let mut buf = Vec::new();
             encode(&msg, &mut buf);
             for cut in 0..buf.len() {

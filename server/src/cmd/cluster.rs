@@ -371,7 +371,7 @@ fn info(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
         s.current_epoch,
         s.me().config_epoch,
     );
-    let names = ["ping", "pong", "meet", "update"];
+    let names = ["ping", "pong", "meet", "update", "publish"];
     let stats = &cluster.stats;
     let (mut sent, mut received) = (0, 0);
     for (i, name) in names.iter().enumerate() {

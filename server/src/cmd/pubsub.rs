@@ -231,6 +231,11 @@ fn sunsubscribe(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 
 fn publish(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let receivers = pubsub::publish(ctx.server, &args[1], &args[2]);
+    // In a cluster a message reaches every node's subscribers; the count, as
+    // Redis's, is this node's.
+    if ctx.server.cluster.enabled() {
+        ctx.server.cluster.publish(&args[1], &args[2]);
+    }
     Ok(Frame::Integer(receivers as i64))
 }
 
