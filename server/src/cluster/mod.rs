@@ -25,7 +25,9 @@ pub mod text;
 pub mod wire;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
@@ -58,6 +60,11 @@ pub struct Cluster {
     /// Every slot has an owner: kept by [`update`](Self::update) so routing never
     /// scans the slot table.
     covered: AtomicBool,
+    /// Per slot: this node owns it and is not moving it. Kept by
+    /// [`update`](Self::update) so that routing a command to a slot it serves
+    /// takes no lock: every core would otherwise bounce the lock's cache line on
+    /// every command (measured: +35% server CPU per GET).
+    served: Box<[AtomicBool]>,
     state: RwLock<State>,
     /// The config file, and the generation last written to it.
     file: Mutex<(Option<PathBuf>, u64)>,
@@ -73,6 +80,7 @@ impl Default for Cluster {
         Cluster {
             enabled: AtomicBool::new(false),
             covered: AtomicBool::new(false),
+            served: (0..SLOTS).map(|_| AtomicBool::new(false)).collect(),
             state: RwLock::new(State::new(NodeId::random(), 0, 0, now_ms())),
             file: Mutex::new((None, 0)),
             generation: AtomicU64::new(0),
@@ -99,6 +107,12 @@ impl Cluster {
             let mut s = self.state.write();
             let r = f(&mut s)?;
             self.covered.store(s.assigned() == SLOTS, Relaxed);
+            for (slot, served) in self.served.iter().enumerate() {
+                let mine = s.owner[slot] == Some(s.myself)
+                    && !s.migrating.contains_key(&(slot as u16))
+                    && !s.importing.contains_key(&(slot as u16));
+                served.store(mine, Release);
+            }
             (
                 r,
                 text::config(&s),
@@ -174,6 +188,12 @@ impl Cluster {
             Some(path) => write_atomically(path, &text),
             None => Ok(()),
         }
+    }
+
+    /// Whether this node owns `slot` and is not moving it: a command whose keys
+    /// are all in it runs here, whatever else is true (no lock taken).
+    pub fn serves(&self, slot: u16) -> bool {
+        self.served[slot as usize].load(Acquire)
     }
 
     /// Whether the cluster serves keys: every slot assigned, unless

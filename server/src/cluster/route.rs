@@ -58,6 +58,26 @@ pub fn route<'r>(
     asking: bool,
 ) -> Result<(), Redirect> {
     let cluster = &server.cluster;
+    let requests: smallvec::SmallVec<[Request<'r>; 1]> = requests.collect();
+    // The common case without a lock: every key in one slot this node serves.
+    let mut one_slot = None;
+    let mut fast = true;
+    'keys: for (spec, args) in &requests {
+        if let Some(keys) = crate::cmd::command_keys(spec, args) {
+            for key in keys {
+                let this = key_slot(key);
+                if *one_slot.get_or_insert(this) != this {
+                    fast = false;
+                    break 'keys;
+                }
+            }
+        }
+    }
+    match one_slot {
+        None => return Ok(()),
+        Some(slot) if fast && cluster.serves(slot) && cluster.ok(server) => return Ok(()),
+        _ => {}
+    }
     let state = cluster.read();
     let mut slot = None;
     let mut first_key: Option<&[u8]> = None;
