@@ -24,6 +24,7 @@ mod keys;
 mod latency;
 mod lease;
 mod memory;
+mod migrate;
 mod monitor;
 mod persistence;
 mod pubsub;
@@ -54,7 +55,7 @@ use crate::session::Session;
 pub use spec::{CommandSpec, Keys};
 
 /// Every top-level command family's table.
-fn families() -> [&'static [CommandSpec]; 19] {
+fn families() -> [&'static [CommandSpec]; 20] {
     [
         config::COMMANDS,
         connection::COMMANDS,
@@ -66,6 +67,7 @@ fn families() -> [&'static [CommandSpec]; 19] {
         latency::COMMANDS,
         lease::COMMANDS,
         memory::COMMANDS,
+        migrate::COMMANDS,
         monitor::COMMANDS,
         persistence::COMMANDS,
         pubsub::COMMANDS,
