@@ -551,3 +551,58 @@ fn migrate_moves_a_string_into_redis() {
     assert_eq!(c.text(&[b"RESTORE", b"r", b"0", &theirs]), "+OK\r\n");
     assert_eq!(c.bulk(&[b"GET", b"r"]), Some(vec![b'z'; 5000]));
 }
+
+/// A MIGRATE waiting on a target that never answers holds no lock and no worker:
+/// other clients, on the same key too, are answered meanwhile, and the MIGRATE
+/// ends with IOERR at its timeout, keeping the key.
+#[test]
+fn a_slow_target_stalls_only_the_client_that_asked() {
+    let s = TestServer::start();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port().to_string();
+    let mut c = Wire::new(s.port);
+    c.call(&[b"SET", b"k", b"v"]);
+    let migrating = std::thread::spawn({
+        let port = port.clone();
+        let server_port = s.port;
+        move || {
+            let mut m = Wire::new(server_port);
+            let started = std::time::Instant::now();
+            let reply = m.text(&[
+                b"MIGRATE",
+                b"127.0.0.1",
+                port.as_bytes(),
+                b"k",
+                b"0",
+                b"1500",
+            ]);
+            (reply, started.elapsed())
+        }
+    });
+    // The RESTORE has arrived: the MIGRATE now waits for its reply.
+    let (mut target, _) = silent.accept().unwrap();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("RESTORE") {
+        let n = target.read(&mut chunk).unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&chunk[..n]);
+    }
+    for _ in 0..20 {
+        let t = std::time::Instant::now();
+        assert_eq!(c.bulk(&[b"GET", b"k"]), Some(b"v".to_vec()));
+        assert_eq!(c.text(&[b"SET", b"other", b"1"]), "+OK\r\n");
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            t.elapsed()
+        );
+    }
+    let (reply, took) = migrating.join().unwrap();
+    assert_eq!(
+        reply,
+        "-IOERR error or timeout reading to target instance\r\n"
+    );
+    assert!(took >= Duration::from_millis(1400), "{took:?}");
+    assert_eq!(c.bulk(&[b"GET", b"k"]), Some(b"v".to_vec()));
+}
