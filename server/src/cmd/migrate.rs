@@ -407,7 +407,7 @@ fn restore_requests(
     outgoing: &[Outgoing],
     now: u64,
     asking: bool,
-) -> Vec<u8> {
+) -> BytesMut {
     let mut out = BytesMut::new();
     let name: &[u8] = if asking {
         b"RESTORE-ASKING"
@@ -424,17 +424,24 @@ fn restore_requests(
         }
         encode_request(&mut out, &parts);
     }
-    out.to_vec()
+    out
 }
 
+/// Appends `parts` as one RESP request, the payloads copied once, straight in.
 fn encode_request(out: &mut BytesMut, parts: &[&[u8]]) {
-    Frame::Array(
-        parts
-            .iter()
-            .map(|p| Frame::Bulk(Bytes::copy_from_slice(p)))
-            .collect(),
-    )
-    .encode(relcache_protocol::resp::Protocol::Resp2, out);
+    let mut n = itoa::Buffer::new();
+    let len: usize = parts.iter().map(|p| p.len() + 16).sum();
+    out.reserve(len + 16);
+    out.extend_from_slice(b"*");
+    out.extend_from_slice(n.format(parts.len()).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for p in parts {
+        out.extend_from_slice(b"$");
+        out.extend_from_slice(n.format(p.len()).as_bytes());
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(p);
+        out.extend_from_slice(b"\r\n");
+    }
 }
 
 /// Sends AUTH and SELECT as needed and the RESTOREs on a link to the target, and
@@ -481,14 +488,15 @@ fn attempt(link: &mut Link, opts: &MigrateOpts<'_>, restores: &[u8], n: usize) -
         let db = itoa::Buffer::new().format(opts.db).as_bytes().to_vec();
         encode_request(&mut out, &[b"SELECT", &db]);
     }
-    out.extend_from_slice(restores);
     let reused = link.reused;
+    // Only a cached link is tried again: the target may have closed it while idle.
     let failed = |taken: Vec<bool>, writing: bool, e: &std::io::Error| Sent::Failed {
         retry: reused && taken.is_empty() && !outbound::is_timeout(e),
         taken,
         writing,
     };
-    if let Err(e) = link.write_all(&out) {
+    // AUTH and SELECT, then the RESTOREs as built (no copy of the payloads).
+    if let Err(e) = link.write_all(&out).and_then(|()| link.write_all(restores)) {
         return failed(Vec::new(), true, &e);
     }
     // An AUTH or SELECT refused fails every key, as Redis counts it.
@@ -515,14 +523,7 @@ fn attempt(link: &mut Link, opts: &MigrateOpts<'_>, restores: &[u8], n: usize) -
                 taken.push(false);
             }
             Ok(_) => taken.push(true),
-            Err(e) => {
-                let retry_ok = taken.is_empty();
-                let mut f = failed(taken, false, &e);
-                if let Sent::Failed { retry, .. } = &mut f {
-                    *retry &= retry_ok;
-                }
-                return f;
-            }
+            Err(e) => return failed(taken, false, &e),
         }
     }
     Sent::Replied { taken, error }
