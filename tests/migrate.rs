@@ -606,3 +606,55 @@ fn a_slow_target_stalls_only_the_client_that_asked() {
     assert!(took >= Duration::from_millis(1400), "{took:?}");
     assert_eq!(c.bulk(&[b"GET", b"k"]), Some(b"v".to_vec()));
 }
+
+/// A key written while its MIGRATE waits for the target is not deleted when the
+/// target takes the old value: the newer write stays on the source. (Redis, one
+/// thread, has no such meantime.) The target is played by the test, which also
+/// sees what MIGRATE sends: SELECT, then RESTORE with the TTL left.
+#[test]
+fn a_key_written_during_its_migrate_stays() {
+    let s = TestServer::start();
+    let fake = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = fake.local_addr().unwrap().port().to_string();
+    let mut c = Wire::new(s.port);
+    c.call(&[b"SET", b"k", b"old", b"EX", b"100"]);
+    c.call(&[b"SET", b"j", b"1"]);
+    let migrating = std::thread::spawn({
+        let server_port = s.port;
+        move || {
+            let mut m = Wire::new(server_port);
+            m.text(&[
+                b"MIGRATE",
+                b"127.0.0.1",
+                port.as_bytes(),
+                b"",
+                b"0",
+                b"5000",
+                b"KEYS",
+                b"k",
+                b"j",
+            ])
+        }
+    });
+    let (mut target, _) = fake.accept().unwrap();
+    target
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    // Both RESTOREs are in once the second key's name has arrived with its payload.
+    while !String::from_utf8_lossy(&got).contains("$1\r\nj\r\n$1\r\n0\r\n") {
+        let n = target.read(&mut chunk).unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&chunk[..n]);
+    }
+    let sent = String::from_utf8_lossy(&got).into_owned();
+    assert!(sent.starts_with("*2\r\n$6\r\nSELECT\r\n$1\r\n0\r\n*4\r\n$7\r\nRESTORE\r\n$1\r\nk\r\n"));
+    let ttl: u64 = sent.split("\r\n").nth(11).unwrap().parse().unwrap();
+    assert!((90_000..=100_000).contains(&ttl), "{ttl}");
+    c.call(&[b"SET", b"k", b"new"]);
+    target.write_all(b"+OK\r\n+OK\r\n+OK\r\n").unwrap();
+    assert_eq!(migrating.join().unwrap(), "+OK\r\n");
+    assert_eq!(c.bulk(&[b"GET", b"k"]), Some(b"new".to_vec()));
+    assert_eq!(c.int(&[b"EXISTS", b"j"]), 0, "the unchanged key moved");
+}
