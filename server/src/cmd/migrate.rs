@@ -217,7 +217,9 @@ fn restore(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         let idle_ms = idle.saturating_mul(1000).min(u64::from(u32::MAX)) as u32;
         e.touch(lru.wrapping_sub(idle_ms));
     }
-    ctx.notify(notify::GENERIC, "restore", key);
+    // Redis deletes a replaced key and adds the new one: always `new`, then
+    // `restore`.
+    ctx.notify_write(notify::GENERIC, "restore", key, true);
     Ok(Frame::ok())
 }
 
