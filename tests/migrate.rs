@@ -552,6 +552,42 @@ fn migrate_moves_a_string_into_redis() {
     assert_eq!(c.bulk(&[b"GET", b"r"]), Some(vec![b'z'; 5000]));
 }
 
+/// A target played by the test: takes MIGRATE's connection and reads until
+/// `until` has arrived. The socket, and what came.
+fn target_reads(listener: &std::net::TcpListener, until: &str) -> (TcpStream, String) {
+    let (mut target, _) = listener.accept().unwrap();
+    target
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains(until) {
+        let n = target.read(&mut chunk).unwrap();
+        assert!(n > 0, "MIGRATE closed before sending {until:?}");
+        got.extend_from_slice(&chunk[..n]);
+    }
+    (target, String::from_utf8_lossy(&got).into_owned())
+}
+
+/// `MIGRATE 127.0.0.1 <target> <rest…>` on a connection of its own, in a thread
+/// (it waits on the test's target): its reply, and how long it took.
+fn migrate_in_thread(
+    server: &TestServer,
+    target: &std::net::TcpListener,
+    rest: &[&[u8]],
+) -> std::thread::JoinHandle<(String, Duration)> {
+    let port = target.local_addr().unwrap().port().to_string();
+    let mut args: Vec<Vec<u8>> = vec![b"MIGRATE".to_vec(), b"127.0.0.1".to_vec(), port.into()];
+    args.extend(rest.iter().map(|a| a.to_vec()));
+    let mut m = Wire::new(server.port);
+    std::thread::spawn(move || {
+        let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
+        let started = std::time::Instant::now();
+        let reply = m.text(&args);
+        (reply, started.elapsed())
+    })
+}
+
 /// A MIGRATE waiting on a target that never answers holds no lock and no worker:
 /// other clients, on the same key too, are answered meanwhile, and the MIGRATE
 /// ends with IOERR at its timeout, keeping the key.
@@ -559,35 +595,11 @@ fn migrate_moves_a_string_into_redis() {
 fn a_slow_target_stalls_only_the_client_that_asked() {
     let s = TestServer::start();
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = silent.local_addr().unwrap().port().to_string();
     let mut c = Wire::new(s.port);
     c.call(&[b"SET", b"k", b"v"]);
-    let migrating = std::thread::spawn({
-        let port = port.clone();
-        let server_port = s.port;
-        move || {
-            let mut m = Wire::new(server_port);
-            let started = std::time::Instant::now();
-            let reply = m.text(&[
-                b"MIGRATE",
-                b"127.0.0.1",
-                port.as_bytes(),
-                b"k",
-                b"0",
-                b"1500",
-            ]);
-            (reply, started.elapsed())
-        }
-    });
+    let migrating = migrate_in_thread(&s, &silent, &[b"k", b"0", b"1500"]);
     // The RESTORE has arrived: the MIGRATE now waits for its reply.
-    let (mut target, _) = silent.accept().unwrap();
-    let mut got = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while !String::from_utf8_lossy(&got).contains("RESTORE") {
-        let n = target.read(&mut chunk).unwrap();
-        assert!(n > 0);
-        got.extend_from_slice(&chunk[..n]);
-    }
+    let _target = target_reads(&silent, "RESTORE");
     for _ in 0..20 {
         let t = std::time::Instant::now();
         assert_eq!(c.bulk(&[b"GET", b"k"]), Some(b"v".to_vec()));
@@ -615,46 +627,18 @@ fn a_slow_target_stalls_only_the_client_that_asked() {
 fn a_key_written_during_its_migrate_stays() {
     let s = TestServer::start();
     let fake = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = fake.local_addr().unwrap().port().to_string();
     let mut c = Wire::new(s.port);
     c.call(&[b"SET", b"k", b"old", b"EX", b"100"]);
     c.call(&[b"SET", b"j", b"1"]);
-    let migrating = std::thread::spawn({
-        let server_port = s.port;
-        move || {
-            let mut m = Wire::new(server_port);
-            m.text(&[
-                b"MIGRATE",
-                b"127.0.0.1",
-                port.as_bytes(),
-                b"",
-                b"0",
-                b"5000",
-                b"KEYS",
-                b"k",
-                b"j",
-            ])
-        }
-    });
-    let (mut target, _) = fake.accept().unwrap();
-    target
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut got = Vec::new();
-    let mut chunk = [0u8; 4096];
-    // Both RESTOREs are in once the second key's name has arrived with its payload.
-    while !String::from_utf8_lossy(&got).contains("$1\r\nj\r\n$1\r\n0\r\n") {
-        let n = target.read(&mut chunk).unwrap();
-        assert!(n > 0);
-        got.extend_from_slice(&chunk[..n]);
-    }
-    let sent = String::from_utf8_lossy(&got).into_owned();
+    let migrating = migrate_in_thread(&s, &fake, &[b"", b"0", b"5000", b"KEYS", b"k", b"j"]);
+    // Both RESTOREs are in once the second key's name has arrived with its TTL.
+    let (mut target, sent) = target_reads(&fake, "$1\r\nj\r\n$1\r\n0\r\n");
     assert!(sent.starts_with("*2\r\n$6\r\nSELECT\r\n$1\r\n0\r\n*4\r\n$7\r\nRESTORE\r\n$1\r\nk\r\n"));
     let ttl: u64 = sent.split("\r\n").nth(11).unwrap().parse().unwrap();
     assert!((90_000..=100_000).contains(&ttl), "{ttl}");
     c.call(&[b"SET", b"k", b"new"]);
     target.write_all(b"+OK\r\n+OK\r\n+OK\r\n").unwrap();
-    assert_eq!(migrating.join().unwrap(), "+OK\r\n");
+    assert_eq!(migrating.join().unwrap().0, "+OK\r\n");
     assert_eq!(c.bulk(&[b"GET", b"k"]), Some(b"new".to_vec()));
     assert_eq!(c.int(&[b"EXISTS", b"j"]), 0, "the unchanged key moved");
 }

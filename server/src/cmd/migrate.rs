@@ -18,6 +18,10 @@
 //!   refused inside MULTI and scripts, which hold their locks throughout.
 //! - FREQ is checked and ignored: relcache has no LFU policy (see OBJECT FREQ).
 //!
+//! As in Redis, MIGRATE keeps its connection to a target for the next MIGRATE
+//! there, closed after 10 s unused (`crate::outbound`), and tries a cached one
+//! that the target had closed once more on a fresh connection.
+//!
 //! Not here: cluster mode. RESTORE-ASKING carries [`spec::ASKING`] for the
 //! cluster layer to honour, and MIGRATE sends it only when [`cluster_enabled`].
 
