@@ -1,6 +1,8 @@
 //! The test vectors of `protocol/SNAPSHOT.md`, read out of that file: the encoder
 //! must produce them byte for byte and the decoder must read them back.
 
+mod doc_vectors;
+
 use relcache_protocol::idset::Builder;
 use relcache_protocol::snapshot::{validate, ChunkBuilder, Encoder, Record, Snapshot};
 
@@ -9,22 +11,9 @@ fn snapshot_md() -> String {
     std::fs::read_to_string(path).expect("read protocol/SNAPSHOT.md")
 }
 
-/// The hex of the ```text block that starts with `snapshot: <name>`, comments
-/// (`#` to the end of the line) and whitespace dropped.
+/// The vector `snapshot: <name>` of SNAPSHOT.md.
 fn vector(md: &str, name: &str) -> Vec<u8> {
-    let mut lines = md
-        .lines()
-        .skip_while(|l| l.trim() != format!("snapshot: {name}"));
-    assert!(lines.next().is_some(), "vector {name} not in SNAPSHOT.md");
-    let digits: String = lines
-        .take_while(|l| !l.starts_with("```"))
-        .map(|l| l.split('#').next().unwrap_or(""))
-        .flat_map(|l| l.chars().filter(|c| c.is_ascii_hexdigit()))
-        .collect();
-    (0..digits.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&digits[i..i + 2], 16).unwrap())
-        .collect()
+    doc_vectors::vector(md, &format!("snapshot: {name}"))
 }
 
 const CREATED: u64 = 1_700_000_000_000;

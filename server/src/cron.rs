@@ -1,5 +1,6 @@
-//! The background loop: active expiry, forgetting lapsed leases, noting the
-//! memory peak and sampling the instantaneous rates, `hz` times a second.
+//! The background loop: active expiry, forgetting lapsed leases, closing idle
+//! MIGRATE links, noting the memory peak and sampling the instantaneous rates,
+//! `hz` times a second.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
@@ -41,6 +42,7 @@ pub fn run(server: &Server) {
         // to grow.
         crate::client_memory::evict_clients(server);
         crate::tracking::enforce_limit(server);
+        crate::outbound::sweep();
         let lapsed = server.db.sweep_leases();
         server.stats.lease_lapses.add(lapsed as u64);
         std::thread::sleep(period);

@@ -26,6 +26,7 @@ mod longdouble;
 mod notify;
 mod observe;
 mod offload;
+mod outbound;
 mod persist;
 mod pubsub;
 mod script;

@@ -21,6 +21,7 @@
 //! | `[label: a \| b]` | one of the alternatives (`oneof`), called `label` |
 //! | `[label: a b]` | a group of arguments given together (`block`) |
 //! | `TOKEN label: …` | inside brackets: the group is introduced by a token |
+//! | `""` | MIGRATE's empty key: a pure token `""` named `empty_string` |
 //! | `…...` | may repeat (`multiple`) |
 //! | `TOKEN name+...` | may repeat, the token before each (`multiple_token`) |
 //!
@@ -167,6 +168,19 @@ const SYNTAX: &[(&str, &str)] = &[
     ("pttl", "key"),
     ("randomkey", ""),
     ("rename", "key newkey<key>"),
+    ("dump", "key"),
+    (
+        "restore",
+        "key ttl<integer> serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds<integer>] [FREQ frequency<integer>]",
+    ),
+    (
+        "restore-asking",
+        "key ttl<integer> serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds<integer>] [FREQ frequency<integer>]",
+    ),
+    (
+        "migrate",
+        "host port<integer> (key_or_empty_string: key | \"\") destination-db<integer> timeout<integer> [COPY] [REPLACE] [authentication: [AUTH password] | [AUTH2 username_password: username password]] [KEYS key...]",
+    ),
     ("renamenx", "key newkey<key>"),
     (
         "scan",
@@ -449,6 +463,20 @@ impl Parser<'_> {
                 let mut arg = self.group(close)?;
                 arg.optional = open == '[';
                 arg
+            }
+            Some(Tok::Word(w)) if w == "\"\"" => {
+                self.pos += 1;
+                Arg {
+                    name: "empty_string".into(),
+                    kind: Kind::PureToken,
+                    key_spec_index: None,
+                    // Redis 7.0 reports the token empty (7.2 quotes it).
+                    token: Some(String::new()),
+                    optional: false,
+                    multiple: false,
+                    multiple_token: false,
+                    children: Vec::new(),
+                }
             }
             Some(Tok::Word(w)) if is_token(&w) => {
                 self.pos += 1;

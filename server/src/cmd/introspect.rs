@@ -144,7 +144,7 @@ fn tips(name: &str) -> &'static [&'static str] {
         ],
         "config|set" => &["request_policy:all_nodes", "response_policy:all_succeeded"],
         "time" | "lastsave" | "ttl" | "pttl" | "client|list" | "client|info" | "sscan" | "spop"
-        | "srandmember" | "object|idletime" | "object|freq" => OUTPUT,
+        | "srandmember" | "object|idletime" | "object|freq" | "dump" | "migrate" => OUTPUT,
         "command" | "command|list" | "command|info" | "command|docs" | "smembers" | "sinter"
         | "sunion" | "sdiff" => ORDER,
         _ => &[],
@@ -183,6 +183,12 @@ fn key_spec_flags(spec: &CommandSpec) -> &'static [&'static [&'static str]] {
         "sinterstore" | "sunionstore" | "sdiffstore" => &[&["RW", "update"], &["RO", "access"]],
         "smove" => &[&["RW", "access", "delete"], &["RW", "insert"]],
         "ssubscribe" | "sunsubscribe" | "spublish" => &[&["not_key"]],
+        "dump" => RO_ACCESS,
+        "restore" | "restore-asking" => OW_UPDATE,
+        "migrate" => &[
+            &["RW", "access", "delete"],
+            &["RW", "access", "delete", "incomplete"],
+        ],
         _ if spec.has(spec::WRITE) => RW_UPDATE,
         _ if spec.has(spec::READONLY) => RO_ACCESS,
         _ => RO,
@@ -286,6 +292,25 @@ fn key_specs(spec: &CommandSpec) -> Vec<Frame> {
             ]);
             vec![key_spec(flags[0], at as i64, find)]
         }
+        // The key at 3, or the keys after the last KEYS (searched for from the
+        // end, two arguments back: Redis's `startfrom -2`).
+        Keys::Migrate => {
+            let keyword = map(vec![
+                ("type", bulk("keyword")),
+                (
+                    "spec",
+                    map(vec![
+                        ("keyword", bulk("KEYS")),
+                        ("startfrom", Frame::Integer(-2)),
+                    ]),
+                ),
+            ]);
+            let Frame::Map(mut after_keys) = key_spec(flags[1], 0, range(-1, 1)) else {
+                unreachable!("key_spec builds a map")
+            };
+            after_keys[1].1 = keyword;
+            vec![key_spec(flags[0], 3, range(0, 1)), Frame::Map(after_keys)]
+        }
     }
 }
 
@@ -294,7 +319,7 @@ fn key_specs(spec: &CommandSpec) -> Vec<Frame> {
 fn info_entry(spec: &CommandSpec) -> Frame {
     let (first, last, step) = spec.key_range();
     let mut flags: Vec<Frame> = spec.flag_names().map(status).collect();
-    if matches!(spec.keys, Keys::Counted { .. }) && !spec.has(spec::MOVABLE_KEYS) {
+    if matches!(spec.keys, Keys::Counted { .. } | Keys::Migrate) && !spec.has(spec::MOVABLE_KEYS) {
         flags.push(status("movablekeys"));
     }
     // A bare container (CLIENT, CONFIG …) is only @slow in Redis.

@@ -25,6 +25,7 @@ mod keys;
 mod latency;
 mod lease;
 mod memory;
+mod migrate;
 mod monitor;
 mod persistence;
 mod pubsub;
@@ -68,6 +69,7 @@ fn families() -> [&'static [CommandSpec]; 20] {
         latency::COMMANDS,
         lease::COMMANDS,
         memory::COMMANDS,
+        migrate::COMMANDS,
         monitor::COMMANDS,
         persistence::COMMANDS,
         pubsub::COMMANDS,

@@ -30,9 +30,14 @@ pub const BLOCKING: u32 = 1 << 13;
 pub const SKIP_MONITOR: u32 = 1 << 14;
 pub const NO_MANDATORY_KEYS: u32 = 1 << 15;
 pub const PUBSUB: u32 = 1 << 16;
-/// Served by a node importing the key's slot as if the client had sent ASKING
-/// (RESTORE-ASKING, which MIGRATE sends).
+/// Behaves as if the client had sent ASKING first (RESTORE-ASKING): in cluster
+/// mode, runs on a slot being imported instead of answering a redirection.
 pub const ASKING: u32 = 1 << 17;
+/// Internal, not reported as a flag: a keyspace command in the `@dangerous` ACL
+/// category although not an admin one (RESTORE, RESTORE-ASKING, MIGRATE). Its
+/// categories are `@keyspace` and `@dangerous` whatever its documented group
+/// (Redis documents RESTORE-ASKING under `server`).
+pub const DANGEROUS: u32 = 1 << 27;
 /// Internal, not reported: lock the key's shards exclusively although the command
 /// does not write data (WATCH registers itself in the shard).
 pub const LOCK_WRITE: u32 = 1 << 31;
@@ -61,10 +66,10 @@ const FLAG_NAMES: &[(u32, &str)] = &[
     (ALLOW_BUSY, "allow_busy"),
     (SKIP_MONITOR, "skip_monitor"),
     (SKIP_SLOWLOG, "skip_slowlog"),
-    (ASKING, "asking"),
     (MOVABLE_KEYS, "movablekeys"),
     (BLOCKING, "blocking"),
     (NO_MANDATORY_KEYS, "no_mandatory_keys"),
+    (ASKING, "asking"),
 ];
 
 /// Where a command's keys are among its arguments.
@@ -79,6 +84,10 @@ pub enum Keys {
     Counted { at: usize },
     /// The whole keyspace (KEYS, SCAN, FLUSHALL, DBSIZE, RANDOMKEY).
     All,
+    /// MIGRATE's: the key at 3, or, when it is empty and a `KEYS` option comes
+    /// after the fixed arguments, every argument after `KEYS` (Redis's
+    /// `migrateGetKeys`, which skips AUTH's and AUTH2's values on the way).
+    Migrate,
 }
 
 impl Keys {
@@ -226,11 +235,17 @@ impl CommandSpec {
         if self.has(ADMIN) {
             v.extend(["@admin", "@dangerous"]);
         }
+        let dangerous = self.has(DANGEROUS) && !self.has(ADMIN);
         // Redis puts PUBSUB HELP (and the bare container) in @slow alone.
-        if (self.group != Group::Pubsub || self.has(PUBSUB)) && self.group != Group::Cluster {
+        if dangerous {
+            v.push(Group::Generic.acl());
+        } else if (self.group != Group::Pubsub || self.has(PUBSUB)) && self.group != Group::Cluster {
             v.push(self.group.acl());
         }
         v.push(if self.has(FAST) { "@fast" } else { "@slow" });
+        if dangerous {
+            v.push("@dangerous");
+        }
         v.dedup();
         v
     }
@@ -239,6 +254,7 @@ impl CommandSpec {
     pub fn key_range(&self) -> (i64, i64, i64) {
         match self.keys {
             Keys::Range { first, last, step } => (first as i64, last as i64, step as i64),
+            Keys::Migrate => (3, 3, 1),
             Keys::Counted { .. } | Keys::None | Keys::All => (0, 0, 0),
         }
     }
@@ -276,7 +292,34 @@ impl CommandSpec {
                 let end = (at + 1 + count).min(args.len());
                 Some((at + 1..end).collect())
             }
+            Keys::Migrate => Some(migrate_keys(args)),
         }
+    }
+}
+
+/// MIGRATE's key positions, found as Redis's `migrateGetKeys` finds them: none
+/// when `KEYS` follows a non-empty key (a syntax error MIGRATE reports itself).
+fn migrate_keys(args: &[Bytes]) -> Vec<usize> {
+    let mut i = 6;
+    while i < args.len() {
+        let a = &args[i][..];
+        if a.eq_ignore_ascii_case(b"keys") {
+            return match args[3].is_empty() {
+                true => (i + 1..args.len()).collect(),
+                false => Vec::new(),
+            };
+        }
+        if a.eq_ignore_ascii_case(b"auth") {
+            i += 1;
+        } else if a.eq_ignore_ascii_case(b"auth2") {
+            i += 2;
+        }
+        i += 1;
+    }
+    if args.len() > 3 {
+        vec![3]
+    } else {
+        Vec::new()
     }
 }
 
@@ -319,6 +362,25 @@ mod tests {
             ..CommandSpec::DEFAULT
         };
         assert!(get.arity_ok(2) && !get.arity_ok(3));
+        let migrate = CommandSpec {
+            keys: Keys::Migrate,
+            ..CommandSpec::DEFAULT
+        };
+        let m = |a: &[&str]| migrate.key_indices(&args(a));
+        assert_eq!(m(&["migrate", "h", "1", "k", "0", "5"]), Some(vec![3]));
+        assert_eq!(
+            m(&["migrate", "h", "1", "", "0", "5", "COPY", "KEYS", "a", "b"]),
+            Some(vec![8, 9])
+        );
+        assert_eq!(
+            m(&["migrate", "h", "1", "", "0", "5", "AUTH", "keys", "KEYS", "a"]),
+            Some(vec![9]),
+            "a password spelled KEYS is skipped"
+        );
+        assert_eq!(
+            m(&["migrate", "h", "1", "k", "0", "5", "KEYS", "a"]),
+            Some(vec![])
+        );
         let neg = CommandSpec {
             arity: -2,
             ..CommandSpec::DEFAULT
