@@ -56,7 +56,7 @@ use crate::session::Session;
 pub use spec::{CommandSpec, Keys};
 
 /// Every top-level command family's table.
-fn families() -> [&'static [CommandSpec]; 20] {
+fn families() -> [&'static [CommandSpec]; 21] {
     [
         cluster::COMMANDS,
         config::COMMANDS,
