@@ -640,3 +640,138 @@ fn publish_reaches_subscribers_on_every_node() {
         .unwrap();
     assert_eq!(sent, 2);
 }
+
+/// `redis-cli --cluster reshard` (MIGRATE under the hood) moves 600 slots while
+/// a client writes and reads through the `redis` crate's cluster client: every
+/// acknowledged write is there afterwards, and no read ever answered a value
+/// other than the last one written.
+#[test]
+fn a_reshard_under_load_loses_no_acknowledged_write() {
+    let nodes = nodes(3);
+    create(&nodes);
+    let urls: Vec<String> = nodes.iter().map(|n| n.url()).collect();
+    let client = redis::cluster::ClusterClient::builder(urls)
+        .retries(32)
+        .build()
+        .unwrap();
+    const KEYS: usize = 1_500;
+    {
+        let mut con = client.get_connection().unwrap();
+        for i in 0..KEYS {
+            let () = redis::cmd("SET")
+                .arg(format!("k:{i}"))
+                .arg(0)
+                .query(&mut con)
+                .unwrap();
+            let _: i64 = redis::cmd("SADD")
+                .arg(format!("{{s:{i}}}"))
+                .arg(i)
+                .query(&mut con)
+                .unwrap();
+        }
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let client = client.clone();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut con = client.get_connection().unwrap();
+            let mut last = vec![0i64; KEYS];
+            let mut round = 0i64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                round += 1;
+                for i in (0..KEYS).step_by(7) {
+                    let key = format!("k:{i}");
+                    let () = redis::cmd("SET")
+                        .arg(&key)
+                        .arg(round)
+                        .query(&mut con)
+                        .unwrap();
+                    last[i] = round;
+                    let got: i64 = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
+                    assert_eq!(got, round, "a read after an acknowledged write of {key}");
+                    let added: i64 = redis::cmd("IDSET.ADD")
+                        .arg(format!("{{s:{i}}}"))
+                        .arg(1_000_000 + round)
+                        .query(&mut con)
+                        .unwrap();
+                    assert_eq!(added, 1);
+                }
+            }
+            (last, round)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let from = myid(&nodes[0]);
+    let to = myid(&nodes[2]);
+    let (ok, out) = redis_cli(&[
+        "--cluster",
+        "reshard",
+        &nodes[1].addr(),
+        "--cluster-from",
+        &from,
+        "--cluster-to",
+        &to,
+        "--cluster-slots",
+        "600",
+        "--cluster-pipeline",
+        "20",
+        "--cluster-yes",
+    ]);
+    assert!(ok, "reshard failed:\n{out}");
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (last, rounds) = writer.join().expect("the writer saw no wrong answer");
+    assert!(
+        rounds >= 2,
+        "the writer ran through the reshard ({rounds} rounds)"
+    );
+
+    let (ok, out) = redis_cli(&["--cluster", "check", &nodes[0].addr()]);
+    assert!(
+        ok && out.contains("[OK] All nodes agree about slots configuration."),
+        "{out}"
+    );
+    assert!(!out.contains("[WARNING]"), "no slot left open: {out}");
+    let slots_of = |n: &TestServer| -> usize {
+        let id = myid(n);
+        let text = n.cli_out(&["cluster", "nodes"]);
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&id))
+            .unwrap()
+            .to_string();
+        line.split(' ')
+            .skip(8)
+            .map(|r| match r.split_once('-') {
+                Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+                None => 1,
+            })
+            .sum()
+    };
+    assert_eq!(slots_of(&nodes[0]), 5461 - 600);
+    assert_eq!(slots_of(&nodes[2]), 5461 + 600);
+
+    let mut con = client.get_connection().unwrap();
+    for (i, want) in last.iter().enumerate() {
+        let got: i64 = redis::cmd("GET")
+            .arg(format!("k:{i}"))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(got, *want, "k:{i}");
+        let card: i64 = redis::cmd("SCARD")
+            .arg(format!("{{s:{i}}}"))
+            .query(&mut con)
+            .unwrap();
+        let want_card = if i % 7 == 0 { 1 + rounds } else { 1 };
+        assert!(
+            card == want_card || card == want_card - 1,
+            "{{s:{i}}} has {card}"
+        );
+    }
+    let total: usize = nodes
+        .iter()
+        .map(|n| n.cli_out(&["dbsize"]).parse::<usize>().unwrap())
+        .sum();
+    assert_eq!(total, 2 * KEYS, "every key on exactly one node");
+}

@@ -18,7 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::node::{Node, NodeId};
-use super::state::{SlotBits, State};
+use super::state::SlotBits;
 use super::wire::{self, Gossip, Header, Kind, Message};
 use crate::db::now_ms;
 use crate::server::Server;
@@ -111,7 +111,7 @@ async fn inbound(mut stream: TcpStream, server: Arc<Server>) {
         };
         let mut out = Vec::new();
         if receive(&server, msg, peer.ip(), local.ip(), &mut out) {
-            let pong = header(&server.cluster.read(), Kind::Pong);
+            let pong = header(&server, Kind::Pong);
             count_sent(&server, &pong);
             wire::encode(&pong, &mut out);
         }
@@ -141,8 +141,13 @@ async fn read_frame(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Resul
     }
 }
 
-/// This node's PING, PONG or MEET: who it is, what it owns, whom it knows.
-fn header(state: &State, kind: Kind) -> Message {
+/// This node's PING, PONG or MEET: who it is, what it owns, whom it knows. Its
+/// own address goes only if announced (`cluster-announce-ip`): otherwise peers
+/// take the one its connections come from, which stays true if it changes (a
+/// restarted container), where one it had learnt would not.
+fn header(server: &Server, kind: Kind) -> Message {
+    let announced = server.config.cluster_announce_ip.read().clone();
+    let state = &*server.cluster.read();
     let me = state.me();
     let gossip = state
         .nodes
@@ -163,7 +168,7 @@ fn header(state: &State, kind: Kind) -> Message {
         cport: me.cport,
         current_epoch: state.current_epoch,
         config_epoch: me.config_epoch,
-        ip: me.ip.clone(),
+        ip: announced,
         slots: SlotBits::of(state, &state.myself),
         gossip,
     })
@@ -306,33 +311,36 @@ fn absorb(server: &Arc<Server>, h: &Header, ip: String, now: u64) -> Absorbed {
         // Nothing to save: the common case, every second from every peer.
         return Absorbed { stale: None };
     }
-    let r = cluster.update(|s| {
+    // Saved and spread only if something changed: a peer that disagrees in a
+    // way that changes nothing here (it stopped claiming a slot this node still
+    // gives it) must not set off a save and a ping storm every message.
+    let (lost, stale) = cluster.update_if(|s| {
         let Some(n) = s.node_mut(&h.sender) else {
-            return Err(());
+            return (false, (Vec::new(), None));
         };
+        let mut changed = n.ip != ip || n.port != h.port || n.cport != h.cport;
         n.ip = ip;
         n.port = h.port;
         n.cport = h.cport;
-        n.config_epoch = h.config_epoch;
-        s.see_epoch(h.current_epoch);
+        // Only ever forward: a PING and a PONG of one peer travel on two
+        // connections, and an older one may be read last.
+        changed |= h.config_epoch > n.config_epoch;
+        n.config_epoch = n.config_epoch.max(h.config_epoch);
+        changed |= s.see_epoch(h.current_epoch);
         let claims = s.take_claims(&h.sender, h.config_epoch, &h.slots);
-        s.settle_collision(&h.sender, h.config_epoch);
+        changed |= claims.changed;
+        changed |= s.settle_collision(&h.sender, h.config_epoch);
         for g in &h.gossip {
             if g.id != s.myself && !g.ip.is_empty() && s.node(&g.id).is_none() {
                 let mut n = Node::new(g.id, g.ip.clone(), g.port, g.cport, now);
                 n.meet = true;
-                s.add(n);
+                changed |= s.add(n);
             }
         }
-        Ok((claims.lost, claims.stale))
+        (changed, (claims.lost, claims.stale))
     });
-    match r {
-        Ok((lost, stale)) => {
-            super::drop_lost(server, lost);
-            Absorbed { stale }
-        }
-        Err(()) => Absorbed { stale: None },
-    }
+    super::drop_lost(server, lost);
+    Absorbed { stale }
 }
 
 /// Keeps one link task per peer, and drops placeholders of handshakes that
@@ -435,20 +443,12 @@ async fn ping_loop(
     let _registered = Registered::new(server, id, tx);
     loop {
         let spread = cluster.spread.notified();
-        let msg = {
-            let s = cluster.read();
-            let Some(n) = s.node(&id) else {
-                return Ok(Ended::Gone);
-            };
-            header(
-                &s,
-                if n.meet || n.handshake {
-                    Kind::Meet
-                } else {
-                    Kind::Ping
-                },
-            )
+        let kind = match cluster.read().node(&id) {
+            None => return Ok(Ended::Gone),
+            Some(n) if n.meet || n.handshake => Kind::Meet,
+            Some(_) => Kind::Ping,
         };
+        let msg = header(server, kind);
         let mut out = Vec::new();
         wire::encode(&msg, &mut out);
         count_sent(server, &msg);

@@ -103,9 +103,28 @@ impl Cluster {
 
     /// Changes the state; a change that succeeds is saved and spread at once.
     pub fn update<R, E>(&self, f: impl FnOnce(&mut State) -> Result<R, E>) -> Result<R, E> {
-        let (r, text, generation) = {
+        let mut out = None;
+        self.update_if(|s| match f(s) {
+            Ok(r) => {
+                out = Some(Ok(r));
+                (true, ())
+            }
+            Err(e) => {
+                out = Some(Err(e));
+                (false, ())
+            }
+        });
+        out.expect("the closure ran")
+    }
+
+    /// Changes the state; saved and spread only if `f` says it changed.
+    pub fn update_if<R>(&self, f: impl FnOnce(&mut State) -> (bool, R)) -> R {
+        let (r, saved) = {
             let mut s = self.state.write();
-            let r = f(&mut s)?;
+            let (changed, r) = f(&mut s);
+            if !changed {
+                return r;
+            }
             self.covered.store(s.assigned() == SLOTS, Relaxed);
             for (slot, served) in self.served.iter().enumerate() {
                 let mine = s.owner[slot] == Some(s.myself)
@@ -113,15 +132,12 @@ impl Cluster {
                     && !s.importing.contains_key(&(slot as u16));
                 served.store(mine, Release);
             }
-            (
-                r,
-                text::config(&s),
-                self.generation.fetch_add(1, Relaxed) + 1,
-            )
+            let generation = self.generation.fetch_add(1, Relaxed) + 1;
+            (r, (text::config(&s), generation))
         };
-        self.save(&text, generation);
+        self.save(&saved.0, saved.1);
         self.spread.notify_waiters();
-        Ok(r)
+        r
     }
 
     /// Sends a PUBLISH to every peer, for their subscribers (Redis Cluster's

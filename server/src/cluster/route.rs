@@ -50,13 +50,17 @@ impl Redirect {
 /// One command to place: its spec and arguments.
 pub type Request<'r> = (&'static CommandSpec, &'r [Bytes]);
 
-/// Where `requests` (one command, or a transaction's queue) run. `asking`: the
-/// client sent ASKING for this command.
+/// Where `requests` (one command, or a transaction's queue) run: here, a
+/// redirect, or — in a slot being moved — a verdict that depends on which of
+/// the keys are here ([`Moving::decide`]), which the caller must learn under
+/// the keys' own locks (else a key migrated between the look and the command
+/// would be written back here, behind MIGRATE). `asking`: the client sent ASKING
+/// for this command.
 pub fn route<'r>(
     server: &Server,
     requests: impl Iterator<Item = Request<'r>>,
     asking: bool,
-) -> Result<(), Redirect> {
+) -> Result<Placed, Redirect> {
     let cluster = &server.cluster;
     let requests: smallvec::SmallVec<[Request<'r>; 1]> = requests.collect();
     // The common case without a lock: every key in one slot this node serves.
@@ -74,26 +78,25 @@ pub fn route<'r>(
         }
     }
     match one_slot {
-        None => return Ok(()),
-        Some(slot) if fast && cluster.serves(slot) && cluster.ok(server) => return Ok(()),
+        None => return Ok(Placed::Here),
+        Some(slot) if fast && cluster.serves(slot) && cluster.ok(server) => {
+            return Ok(Placed::Here)
+        }
         _ => {}
     }
-    let state = cluster.read();
     let mut slot = None;
     let mut first_key: Option<&[u8]> = None;
     let mut multiple_keys = false;
-    let mut moving = Moving::No;
-    let (mut missing, mut existing) = (0usize, 0usize);
     let mut pubsub_shard = false;
     let mut writes = false;
     let mut migrate = false;
     let mut asking = asking;
-    for (spec, args) in requests {
+    for (spec, args) in &requests {
         let Some(keys) = crate::cmd::command_keys(spec, args) else {
             continue;
         };
         pubsub_shard |= matches!(spec.name, "ssubscribe" | "sunsubscribe" | "spublish");
-        writes |= spec.has(spec::WRITE);
+        writes |= spec.has(spec::WRITE) || spec.name == "eval" || spec.name == "evalsha";
         migrate |= spec.name == "migrate";
         asking |= spec.has(spec::ASKING);
         for key in keys {
@@ -102,34 +105,40 @@ pub fn route<'r>(
                 None => {
                     slot = Some(this);
                     first_key = Some(key);
-                    let owner = state.owner[this as usize];
-                    if owner.is_none() {
+                }
+                Some(s) if s != this => {
+                    // Redis finds an unowned first slot before a second slot.
+                    if cluster.read().owner[s as usize].is_none() {
                         return Err(Redirect::Unbound);
                     }
-                    if owner == Some(state.myself) && state.migrating.contains_key(&this) {
-                        moving = Moving::Out;
-                    } else if state.importing.contains_key(&this) {
-                        moving = Moving::In;
-                    }
+                    return Err(Redirect::CrossSlot);
                 }
-                Some(s) if s != this => return Err(Redirect::CrossSlot),
-                Some(_) => {
-                    if moving == Moving::In && first_key != Some(key) {
-                        multiple_keys = true;
-                    }
-                }
-            }
-            if moving != Moving::No && !pubsub_shard {
-                if server.db.exists(key) {
-                    existing += 1;
-                } else {
-                    missing += 1;
-                }
+                Some(_) => multiple_keys |= first_key != Some(key),
             }
         }
     }
     let Some(slot) = slot else {
-        return Ok(());
+        return Ok(Placed::Here);
+    };
+    // What the decision needs, copied out: the cluster lock is never held while
+    // waiting for anything else.
+    let (owner, ask_to, importing) = {
+        let state = cluster.read();
+        let owner = match state.owner[slot as usize] {
+            None => return Err(Redirect::Unbound),
+            Some(id) if id == state.myself => Ok(()),
+            Some(id) => Err(Redirect::Moved {
+                slot,
+                addr: state.node(&id).map(|n| n.addr()).unwrap_or_default(),
+            }),
+        };
+        let ask_to = state
+            .migrating
+            .get(&slot)
+            .filter(|_| owner.is_ok())
+            .map(|to| state.node(to).map(|n| n.addr()).unwrap_or_default());
+        let importing = ask_to.is_none() && state.importing.contains_key(&slot);
+        (owner, ask_to, importing)
     };
     if !cluster.ok(server) {
         let reads_allowed = server.config.cluster_allow_reads_when_down.load(Relaxed);
@@ -140,36 +149,87 @@ pub fn route<'r>(
             return Err(Redirect::DownReadOnly);
         }
     }
-    if moving != Moving::No && migrate {
-        return Ok(());
+    if ask_to.is_none() && !importing {
+        return owner.map(|()| Placed::Here);
     }
-    if moving == Moving::Out && missing > 0 {
-        if existing > 0 {
-            return Err(Redirect::TryAgain);
-        }
-        let to = state.migrating[&slot];
-        let addr = state.node(&to).map(|n| n.addr()).unwrap_or_default();
-        return Err(Redirect::Ask { slot, addr });
+    let moving = Moving {
+        slot,
+        ask_to,
+        importing,
+        asking,
+        multiple_keys,
+        owner,
+    };
+    if migrate || pubsub_shard {
+        // MIGRATE runs where its keys are; shard channels are not keys that exist.
+        return moving.decide(0, 0).map(|()| Placed::Here);
     }
-    if moving == Moving::In && asking {
-        if multiple_keys && missing > 0 {
-            return Err(Redirect::TryAgain);
-        }
-        return Ok(());
-    }
-    match state.owner[slot as usize] {
-        Some(owner) if owner == state.myself => Ok(()),
-        Some(owner) => Err(Redirect::Moved {
-            slot,
-            addr: state.node(&owner).map(|n| n.addr()).unwrap_or_default(),
-        }),
-        None => Err(Redirect::Unbound),
-    }
+    Ok(Placed::Moving(moving))
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Moving {
-    No,
-    Out,
-    In,
+/// Where a command runs, when it is not redirected.
+#[derive(Debug)]
+pub enum Placed {
+    Here,
+    /// Its slot is being moved: [`Moving::decide`] once the keys are looked at.
+    Moving(Moving),
+}
+
+/// A command in a slot this node migrates or imports, placed by which of its
+/// keys are here.
+#[derive(Debug)]
+pub struct Moving {
+    slot: u16,
+    /// Migrating: the address keys that are gone went to.
+    ask_to: Option<String>,
+    importing: bool,
+    asking: bool,
+    multiple_keys: bool,
+    /// The verdict by owner alone.
+    owner: Result<(), Redirect>,
+}
+
+impl Moving {
+    /// Redis's rules: while migrating, a command whose keys are all gone is
+    /// asked for at the target, a mix is TRYAGAIN; while importing, ASKING
+    /// serves it here unless it is a multi-key command with keys missing.
+    pub fn decide(&self, missing: usize, existing: usize) -> Result<(), Redirect> {
+        if let Some(addr) = &self.ask_to {
+            if missing > 0 {
+                if existing > 0 {
+                    return Err(Redirect::TryAgain);
+                }
+                return Err(Redirect::Ask {
+                    slot: self.slot,
+                    addr: addr.clone(),
+                });
+            }
+        }
+        if self.importing && self.asking {
+            if self.multiple_keys && missing > 0 {
+                return Err(Redirect::TryAgain);
+            }
+            return Ok(());
+        }
+        self.owner.clone()
+    }
+
+    /// [`decide`](Self::decide) by looking the keys up without their locks: for
+    /// a command that is only queued (MULTI), or for EXEC, which looks again
+    /// under its own locks only as far as its commands do.
+    pub fn decide_unlocked<'k>(
+        &self,
+        server: &Server,
+        keys: impl Iterator<Item = &'k [u8]>,
+    ) -> Result<(), Redirect> {
+        let (mut missing, mut existing) = (0, 0);
+        for k in keys {
+            if server.db.exists(k) {
+                existing += 1;
+            } else {
+                missing += 1;
+            }
+        }
+        self.decide(missing, existing)
+    }
 }

@@ -78,20 +78,22 @@ impl State {
         self.owner[slot as usize] == Some(*id)
     }
 
-    /// The slots `id` owns, as inclusive ranges in order.
-    pub fn ranges_of(&self, id: &NodeId) -> Vec<(u16, u16)> {
-        let mut ranges: Vec<(u16, u16)> = Vec::new();
+    /// Every owner's slots as inclusive ranges in order, in one pass over the
+    /// slot table (CLUSTER NODES and the config file list every node's).
+    pub fn all_ranges(&self) -> std::collections::HashMap<NodeId, Vec<(u16, u16)>> {
+        let mut all: std::collections::HashMap<NodeId, Vec<(u16, u16)>> = Default::default();
         for (slot, owner) in self.owner.iter().enumerate() {
-            if *owner != Some(*id) {
+            let Some(owner) = owner else {
                 continue;
-            }
+            };
             let slot = slot as u16;
+            let ranges = all.entry(*owner).or_default();
             match ranges.last_mut() {
                 Some((_, end)) if *end + 1 == slot => *end = slot,
                 _ => ranges.push((slot, slot)),
             }
         }
-        ranges
+        all
     }
 
     pub fn assigned(&self) -> usize {
@@ -133,7 +135,9 @@ impl State {
             || mine != max
             || self.nodes.iter().filter(|n| n.config_epoch == max).count() > 1
         {
-            self.current_epoch += 1;
+            // Saturating: a peer may announce any epoch, and a wrap to 0 would
+            // make this node's claims the oldest.
+            self.current_epoch = self.current_epoch.saturating_add(1);
             let epoch = self.current_epoch;
             self.me_mut().config_epoch = epoch;
             return true;
@@ -148,7 +152,7 @@ impl State {
         if sender_epoch != self.me().config_epoch || *sender <= self.myself {
             return false;
         }
-        self.current_epoch += 1;
+        self.current_epoch = self.current_epoch.saturating_add(1);
         let epoch = self.current_epoch;
         self.me_mut().config_epoch = epoch;
         true
@@ -336,7 +340,10 @@ mod tests {
         for slot in [0, 1, 2, 5, 16383] {
             s.owner[slot] = Some(id(b'a'));
         }
-        assert_eq!(s.ranges_of(&id(b'a')), vec![(0, 2), (5, 5), (16383, 16383)]);
+        assert_eq!(
+            s.all_ranges()[&id(b'a')],
+            vec![(0, 2), (5, 5), (16383, 16383)]
+        );
     }
 
     #[test]

@@ -22,13 +22,16 @@ use super::state::State;
 /// included, flagged `handshake`), as of `now` (Unix ms).
 pub fn nodes(state: &State, now: u64, timeout_ms: u64) -> String {
     let mut out = String::new();
+    let ranges = state.all_ranges();
     for n in &state.nodes {
-        line(&mut out, state, n, now, timeout_ms);
+        line(&mut out, state, &ranges, n, now, timeout_ms);
     }
     out
 }
 
-fn line(out: &mut String, state: &State, n: &Node, now: u64, timeout_ms: u64) {
+type Ranges = std::collections::HashMap<NodeId, Vec<(u16, u16)>>;
+
+fn line(out: &mut String, state: &State, ranges: &Ranges, n: &Node, now: u64, timeout_ms: u64) {
     let mine = n.id == state.myself;
     let mut flags = String::new();
     if mine {
@@ -54,7 +57,7 @@ fn line(out: &mut String, state: &State, n: &Node, now: u64, timeout_ms: u64) {
         "{} {}:{}@{} {} - {} {} {} {}",
         n.id, n.ip, n.port, n.cport, flags, n.ping_sent, n.pong_received, n.config_epoch, link
     );
-    for (start, end) in state.ranges_of(&n.id) {
+    for &(start, end) in ranges.get(&n.id).map_or(&[][..], |r| &r[..]) {
         if start == end {
             let _ = write!(out, " {start}");
         } else {
@@ -77,6 +80,7 @@ fn line(out: &mut String, state: &State, n: &Node, now: u64, timeout_ms: u64) {
 /// The config file's text: every known node (not placeholders) and the epochs.
 pub fn config(state: &State) -> String {
     let mut out = String::new();
+    let ranges = state.all_ranges();
     for n in state.nodes.iter().filter(|n| !n.handshake) {
         // Link times are not configuration: written as 0.
         let n = Node {
@@ -85,7 +89,7 @@ pub fn config(state: &State) -> String {
             connected: true,
             ..n.clone()
         };
-        line(&mut out, state, &n, 0, u64::MAX);
+        line(&mut out, state, &ranges, &n, 0, u64::MAX);
     }
     let _ = writeln!(
         out,

@@ -298,6 +298,22 @@ const SUBCOMMANDS: &[CommandSpec] = &[
     ),
 ];
 
+/// For the subcommands that read the keyspace by slot: inside EXEC or a script
+/// this command's thread already holds shard locks, and the slot's shard may be
+/// one of them (the locks are not reentrant).
+fn not_in_exec(ctx: &Ctx<'_, '_>) -> Result<(), CmdError> {
+    if ctx.in_exec() {
+        return Err(CmdError::err(format!(
+            "CLUSTER {} is not allowed inside MULTI or scripts in relcache",
+            ctx.spec
+                .name
+                .trim_start_matches("cluster|")
+                .to_ascii_uppercase()
+        )));
+    }
+    Ok(())
+}
+
 fn enabled(ctx: &Ctx<'_, '_>) -> Result<(), CmdError> {
     if ctx.server.cluster.enabled() {
         Ok(())
@@ -455,24 +471,23 @@ fn slots(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
 fn shards(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     enabled(ctx)?;
     let s = ctx.server.cluster.read();
-    let now = now_ms();
-    let timeout = ctx.server.config.cluster_node_timeout.load(Relaxed);
+    let mut all = s.all_ranges();
     let out = s
         .nodes
         .iter()
         .filter(|n| !n.handshake)
         .map(|n| {
-            let ranges = s
-                .ranges_of(&n.id)
+            let ranges = all
+                .remove(&n.id)
+                .unwrap_or_default()
                 .into_iter()
                 .flat_map(|(a, b)| [Frame::Integer(a as i64), Frame::Integer(b as i64)])
                 .collect();
             let ip = client_ip(ctx, &s, n);
-            let health = if n.id != s.myself && n.failing(now, timeout) {
-                "fail"
-            } else {
-                "online"
-            };
+            // Redis says "fail" only for a node the cluster agreed is down
+            // (FAIL); relcache has only one node's suspicion (`fail?`, PFAIL),
+            // which Redis reports as online.
+            let health = "online";
             let node = Frame::Map(vec![
                 (Frame::bulk("id"), Frame::bulk(n.id.to_string())),
                 (Frame::bulk("port"), Frame::Integer(n.port as i64)),
@@ -519,6 +534,7 @@ fn keyslot(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 
 fn countkeysinslot(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     enabled(ctx)?;
+    not_in_exec(ctx)?;
     let slot = parse_i64(&args[2])?;
     if !(0..SLOTS as i64).contains(&slot) {
         return Err(CmdError::err("Invalid slot"));
@@ -530,6 +546,7 @@ fn countkeysinslot(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 
 fn getkeysinslot(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     enabled(ctx)?;
+    not_in_exec(ctx)?;
     let slot = parse_i64(&args[2])?;
     let count = parse_i64(&args[3])?;
     if count < 0 || !(0..SLOTS as i64).contains(&slot) {
@@ -651,6 +668,7 @@ fn flushslots(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
 
 fn setslot(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     enabled(ctx)?;
+    not_in_exec(ctx)?;
     let slot = slot_arg(&args[2])?;
     let action = args[3].to_ascii_lowercase();
     let bad_action =

@@ -327,6 +327,11 @@ fn migrate(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             "MIGRATE is not allowed inside MULTI or scripts in relcache",
         ));
     }
+    let asking = cluster_enabled(ctx.server);
+    // The keys stay locked through the exchange with the target: a write that
+    // landed between sending a key and deleting it here would be kept on both
+    // nodes, and reshard would then stop at BUSYKEY. Redis, single-threaded,
+    // blocks every client meanwhile; this blocks the keys' shards.
     let v = ctx.view();
     let now = v.now_ms();
     let keys = &args[opts.first_key..opts.first_key + opts.num_keys];
@@ -341,11 +346,9 @@ fn migrate(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             })
         })
         .collect();
-    ctx.release_view();
     if outgoing.is_empty() {
         return Ok(Frame::Simple(Bytes::from_static(b"NOKEY")));
     }
-    let asking = cluster_enabled(ctx.server);
     let (host, port) = (&args[1][..], &args[2][..]);
     let sent = crate::offload::offload(|| {
         let request = restore_requests(&opts, &outgoing, now, asking);
@@ -379,13 +382,9 @@ fn migrate(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         }
     };
     if !opts.copy && taken.contains(&true) {
-        let v = ctx.view();
         let mut deleted = Vec::new();
         for (o, _) in outgoing.iter().zip(&taken).filter(|(_, &t)| t) {
-            let unchanged = v
-                .peek(&o.key)
-                .is_some_and(|e| same_value(e.value(), &o.value));
-            if unchanged && v.remove(&o.key).is_some() {
+            if v.remove(&o.key).is_some() {
                 deleted.push(&o.key);
             }
         }
@@ -394,17 +393,6 @@ fn migrate(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         }
     }
     reply
-}
-
-/// Whether `now` is still the very value `sent` was cloned from: no write
-/// replaced or changed it in place (an in-place change copies a buffer that a
-/// clone still shares).
-fn same_value(now: &Value, sent: &Value) -> bool {
-    match (now, sent) {
-        (Value::Str(a), Value::Str(b)) => a.as_ptr() == b.as_ptr() && a.len() == b.len(),
-        (Value::IdSet(a), Value::IdSet(b)) => a.is_same(b.bytes()),
-        _ => false,
-    }
 }
 
 /// The RESTOREs for `outgoing`, each with the key's TTL left (at least 1 ms).

@@ -395,8 +395,13 @@ pub fn dispatch(
         crate::pubsub::command_starts(session);
     }
     let outcome = execute(server, session, args, resumed);
-    // ASKING covers the next command, or the next transaction.
-    if session.asking && session.multi.is_none() && !eq_ic(&args[0], "asking") {
+    // ASKING covers the next command (until it answers: a parked one keeps it),
+    // or the next transaction.
+    if session.asking
+        && session.multi.is_none()
+        && !matches!(outcome, Outcome::Park(_))
+        && !eq_ic(&args[0], "asking")
+    {
         session.asking = false;
     }
     let holds = tracking || session.tracking.is_some();
@@ -470,9 +475,12 @@ fn execute(
         ));
         return reject(server, session, id, spec, e);
     }
+    let mut moving = None;
     if server.cluster.enabled() {
-        if let Err(redirect) = cluster_route(server, session, spec, args) {
-            return redirected(server, session, id, spec, redirect);
+        match cluster_route(server, session, spec, args) {
+            Err(redirect) => return redirected(server, session, id, spec, redirect),
+            Ok(crate::cluster::route::Placed::Here) => {}
+            Ok(crate::cluster::route::Placed::Moving(m)) => moving = Some(m),
         }
     }
     if server.persist.loading() && !spec.has(spec::LOADING) {
@@ -490,6 +498,32 @@ fn execute(
             m.failed = true;
             let e = CmdError::err("Command not allowed inside a transaction");
             return Outcome::Reply(e.to_frame());
+        }
+    }
+    if let Some(m) = &moving {
+        // Queued, or a transaction: placed by a look at its keys without their
+        // locks (a transaction's commands are looked at as queued, as in Redis).
+        // Any other command looks under its own locks, in `run_moving`.
+        let queued_or_exec = session.multi.is_some() || spec.has(spec::RUNS_QUEUED);
+        if queued_or_exec {
+            let placed = if spec.has(spec::RUNS_QUEUED) {
+                let reg = registry();
+                let queued = session.multi.as_ref().map_or(&[][..], |m| &m.queued[..]);
+                let keys = queued.iter().filter_map(|q| {
+                    let (_, spec) = resolve(reg, q).ok()?;
+                    command_keys(spec, q)
+                });
+                m.decide_unlocked(server, keys.flatten())
+            } else {
+                m.decide_unlocked(
+                    server,
+                    command_keys(spec, args).unwrap_or_default().into_iter(),
+                )
+            };
+            if let Err(redirect) = placed {
+                return redirected(server, session, id, spec, redirect);
+            }
+            moving = None;
         }
     }
     if session.multi.is_some() && !spec.has(spec::NOT_QUEUED) {
@@ -524,7 +558,46 @@ fn execute(
         // An EXEC refused here ends its transaction with EXECABORT, as Redis's.
         return reject(server, session, id, spec, e);
     }
-    run(server, session, id, spec, args, None, resumed)
+    match moving {
+        Some(m) => run_moving(server, session, id, spec, args, m, resumed),
+        None => run(server, session, id, spec, args, None, resumed),
+    }
+}
+
+/// Runs a command in a slot being moved, placed by which of its keys are here
+/// as seen under the locks it then runs with: a key MIGRATE takes away cannot
+/// be written back here between the look and the write.
+fn run_moving(
+    server: &Server,
+    session: &mut Session,
+    id: usize,
+    spec: &'static CommandSpec,
+    args: &[Bytes],
+    moving: crate::cluster::route::Moving,
+    resumed: Option<Instant>,
+) -> Outcome {
+    let keys = command_keys(spec, args).unwrap_or_default();
+    let mode = if spec.has(spec::WRITE) || spec.has(spec::LOCK_WRITE) {
+        LockMode::Write
+    } else {
+        LockMode::Read
+    };
+    let mut view = server.db.view_of(keys.iter().copied(), mode);
+    let existing = keys.iter().filter(|k| view.peek(k).is_some()).count();
+    if let Err(redirect) = moving.decide(keys.len() - existing, existing) {
+        drop(view);
+        return redirected(server, session, id, spec, redirect);
+    }
+    view.set_client(session.id());
+    run_in(
+        server,
+        session,
+        id,
+        spec,
+        args,
+        ViewSlot::Own(view),
+        resumed,
+    )
 }
 
 /// Cluster mode: whether this node serves the command, or which redirect it
@@ -534,13 +607,13 @@ fn cluster_route(
     session: &Session,
     spec: &'static CommandSpec,
     args: &[Bytes],
-) -> Result<(), crate::cluster::route::Redirect> {
+) -> Result<crate::cluster::route::Placed, crate::cluster::route::Redirect> {
     let asking = session.asking;
     if !spec.has(spec::RUNS_QUEUED) {
         return crate::cluster::route::route(server, std::iter::once((spec, args)), asking);
     }
     let Some(multi) = &session.multi else {
-        return Ok(());
+        return Ok(crate::cluster::route::Placed::Here);
     };
     let reg = registry();
     let queued = multi
@@ -792,9 +865,27 @@ pub(crate) fn run<'a, 'v>(
     exec_view: Option<&'v mut View<'a>>,
     resumed: Option<Instant>,
 ) -> Outcome {
+    let view = match exec_view {
+        Some(v) => ViewSlot::Exec(v),
+        None => ViewSlot::Unlocked,
+    };
+    run_in(server, session, id, spec, args, view, resumed)
+}
+
+/// [`run`] with the view the command starts with: the transaction's, its own
+/// already taken ([`run_moving`]), or none yet.
+fn run_in<'a, 'v>(
+    server: &'a Server,
+    session: &'v mut Session,
+    id: usize,
+    spec: &'static CommandSpec,
+    args: &'v [Bytes],
+    view: ViewSlot<'a, 'v>,
+    resumed: Option<Instant>,
+) -> Outcome {
     let start = Instant::now();
     // Inside EXEC or a script, CLIENT LIST goes on showing exec or eval, as Redis's.
-    if exec_view.is_none() {
+    if !matches!(view, ViewSlot::Exec(_)) {
         session.info.last_cmd.store(id, Relaxed);
     }
     let track_reads = spec.has(spec::READONLY)
@@ -808,10 +899,7 @@ pub(crate) fn run<'a, 'v>(
         session,
         spec,
         args,
-        view: match exec_view {
-            Some(v) => ViewSlot::Exec(v),
-            None => ViewSlot::Unlocked,
-        },
+        view,
         revoke_leases: spec.has(spec::WRITE),
         keeps_leases: false,
         track_reads,

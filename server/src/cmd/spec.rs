@@ -239,7 +239,8 @@ impl CommandSpec {
         // Redis puts PUBSUB HELP (and the bare container) in @slow alone.
         if dangerous {
             v.push(Group::Generic.acl());
-        } else if (self.group != Group::Pubsub || self.has(PUBSUB)) && self.group != Group::Cluster {
+        } else if (self.group != Group::Pubsub || self.has(PUBSUB)) && self.group != Group::Cluster
+        {
             v.push(self.group.acl());
         }
         v.push(if self.has(FAST) { "@fast" } else { "@slow" });
