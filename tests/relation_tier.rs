@@ -174,7 +174,9 @@ async fn every_read_api_agrees_with_a_model_while_the_cache_churns() {
                 t.cache().run(Cmd::del(&[t.cache_key(a)])).await.unwrap();
             }
             96 => {
-                t.cache().cmd(&["FLUSHALL"]).await.unwrap();
+                for node in t.cache().nodes() {
+                    node.cmd(&["FLUSHALL"]).await.unwrap();
+                }
             }
             _ => {}
         }

@@ -273,6 +273,20 @@ impl ClusterPool {
         self.refresh_now().await
     }
 
+    /// Tells the pool that a command it did not route (one pinned to a node's
+    /// connection, from [`node`](Self::node)) was answered with `e`: a `-MOVED`
+    /// fixes that slot's entry, and any redirect or lost connection has the map
+    /// read again soon. Other errors change nothing.
+    pub fn redirected(&self, e: &Error) {
+        match Redirect::parse(e, "") {
+            Some(Redirect::Moved { slot, addr }) if !addr.starts_with(':') => {
+                self.moved(slot, &addr)
+            }
+            Some(_) => self.refresh_soon(),
+            None => self.failed(e),
+        }
+    }
+
     /// Runs `cmd` on the node serving its key's slot (the first argument after the
     /// name; `IDSET.WHICH`'s first key), following redirects. A command without a
     /// key goes to any node.
@@ -317,7 +331,7 @@ impl ClusterPool {
             let part = part.inspect_err(|e| self.failed(e))?;
             for (&i, reply) in ids.iter().zip(part) {
                 replies[i] = Some(match reply {
-                    Err(e) => self.redirected(&sent[i], addr, e).await,
+                    Err(e) => self.follow(&sent[i], addr, e).await,
                     ok => ok,
                 });
             }
@@ -453,7 +467,7 @@ impl ClusterPool {
         let addr = self.route(sent.slot).await?;
         let reply = self.node(&addr).run(sent.raw()).await;
         match reply {
-            Err(e) => self.redirected(sent, &addr, e).await,
+            Err(e) => self.follow(sent, &addr, e).await,
             ok => ok,
         }
     }
@@ -461,7 +475,7 @@ impl ClusterPool {
     /// Follows the redirect `e` (from the node at `from`) until `sent` is answered
     /// by a node that serves it, or `max_redirects` have been followed. Any other
     /// error is the answer.
-    async fn redirected(&self, sent: &Sent, from: &str, mut e: Error) -> Result<Frame, Error> {
+    async fn follow(&self, sent: &Sent, from: &str, mut e: Error) -> Result<Frame, Error> {
         let mut from: Arc<str> = from.into();
         for _ in 0..self.inner.config.max_redirects {
             let (addr, ask) = match Redirect::parse(&e, &from) {

@@ -3,19 +3,48 @@
 //! ahead of the next call once the cache answers, and each call's outcome is
 //! reported back to the guard. See [`guard`](crate::guard).
 
+use std::ops::{Deref, DerefMut};
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 
 use super::{Relations, CLEAR_BATCH};
-use relcache_client::{Cmd, Error as CacheError, PooledConn};
+use relcache_client::{Cmd, Error as CacheError, Pool, PooledConn};
+
+/// A connection to the cache node believed to hold a user's set (on one node,
+/// the node), with which node that is: a lease is the node's, and so is the
+/// process a run id names.
+#[derive(Debug)]
+pub(super) struct NodeConn {
+    /// The node's address.
+    pub node: Arc<str>,
+    /// The node's pool, for a call that must reach the same node later (the
+    /// release of a lease this connection won, after it broke).
+    pub pool: Pool,
+    pub conn: PooledConn,
+}
+
+impl Deref for NodeConn {
+    type Target = PooledConn;
+
+    fn deref(&self) -> &PooledConn {
+        &self.conn
+    }
+}
+
+impl DerefMut for NodeConn {
+    fn deref_mut(&mut self) -> &mut PooledConn {
+        &mut self.conn
+    }
+}
 
 impl Relations {
     /// A connection for reading `user`'s set, or `None` when the read must go to
     /// MySQL: the cache is down or failed, or the user's cached set is suspect.
-    pub(super) async fn conn_for(&self, user: u64) -> Option<PooledConn> {
-        let conn = self.read_conn().await?;
+    pub(super) async fn conn_for(&self, user: u64) -> Option<NodeConn> {
+        let conn = self.read_conn(user).await?;
         if self.guard.is_suspect(user) {
             self.stats.cache_bypassed.fetch_add(1, Relaxed);
             return None;
@@ -23,12 +52,17 @@ impl Relations {
         Some(conn)
     }
 
-    /// A connection for reading cached sets: as [`cache_conn`](Self::cache_conn),
+    /// A connection for reading `user`'s set: as [`cache_conn`](Self::cache_conn),
     /// but `None` while the process it reaches is a restarted cache not yet caught
     /// up with the changes it missed (see `restart`).
-    pub(super) async fn read_conn(&self) -> Option<PooledConn> {
-        let mut conn = self.cache_conn().await?;
-        let limit = self.cache.config().command_timeout;
+    pub(super) async fn read_conn(&self, user: u64) -> Option<NodeConn> {
+        let conn = self.cache_conn(user).await?;
+        self.admitted(conn).await
+    }
+
+    /// `conn`, if the process it reaches may be read (see `restart`).
+    pub(super) async fn admitted(&self, mut conn: NodeConn) -> Option<NodeConn> {
+        let limit = self.cache.pool_config().command_timeout;
         let run_id = match tokio::time::timeout(limit, conn.server_run_id()).await {
             Ok(Ok(id)) => id,
             Ok(Err(e)) => {
@@ -48,20 +82,31 @@ impl Relations {
         None
     }
 
-    /// A cache connection, or `None` if the cache is down (skipped without asking)
-    /// or cannot be reached. Suspect sets are deleted on it first, so a cache that
-    /// answers again stops serving what it missed before anyone reads it here.
-    pub(super) async fn cache_conn(&self) -> Option<PooledConn> {
-        self.try_cache_conn().await.ok()
+    /// A connection to the node holding `user`'s set, or `None` if the cache is
+    /// down (skipped without asking) or cannot be reached. Suspect sets are
+    /// deleted first, so a cache that answers again stops serving what it missed
+    /// before anyone reads it here.
+    pub(super) async fn cache_conn(&self, user: u64) -> Option<NodeConn> {
+        self.try_cache_conn(user).await.ok()
     }
 
     /// [`cache_conn`](Self::cache_conn), saying why there is none.
-    pub(super) async fn try_cache_conn(&self) -> Result<PooledConn, NoConn> {
+    pub(super) async fn try_cache_conn(&self, user: u64) -> Result<NodeConn, NoConn> {
+        let (node, pool) = self.cache.node_for(&self.cache_key(user));
+        self.try_node_conn(node, pool).await
+    }
+
+    /// [`try_cache_conn`](Self::try_cache_conn) to a given node.
+    pub(super) async fn try_node_conn(
+        &self,
+        node: Arc<str>,
+        pool: Pool,
+    ) -> Result<NodeConn, NoConn> {
         if !self.guard.admit(Instant::now()) {
             self.stats.cache_bypassed.fetch_add(1, Relaxed);
             return Err(NoConn::Skipped);
         }
-        let mut conn = match self.cache.get().await {
+        let conn = match pool.get().await {
             Ok(conn) => conn,
             Err(e) => {
                 self.stats.cache_errors.fetch_add(1, Relaxed);
@@ -78,8 +123,11 @@ impl Relations {
         };
         if let Some(batch) = self.guard.clearing(CLEAR_BATCH) {
             let keys: Vec<Bytes> = batch.users().map(|u| self.cache_key(u)).collect();
-            if self.call(&mut conn, Cmd::del(&keys)).await.is_err() {
-                // The batch stays suspect; this connection is gone or unreliable.
+            // Routed by key: on a cluster the sets are on many nodes.
+            let deleted = self.cache.del(&keys).await;
+            self.report(deleted.as_ref().err());
+            if deleted.is_err() {
+                // The batch stays suspect; the cache is failing.
                 return Err(NoConn::Failed);
             }
             self.restarts
@@ -90,7 +138,7 @@ impl Relations {
                 .fetch_add(cleared as u64, Relaxed);
             tracing::info!(cleared, "suspect sets deleted from the cache");
         }
-        Ok(conn)
+        Ok(NodeConn { node, pool, conn })
     }
 
     /// Runs `cmd` on `conn`, reporting the outcome to the guard.
@@ -115,10 +163,16 @@ impl Relations {
         replies
     }
 
-    fn report(&self, error: Option<&CacheError>) {
+    pub(super) fn report(&self, error: Option<&CacheError>) {
         match error {
             None => self.guard.succeeded(),
-            Some(e) => self.cache_failed(e),
+            Some(e) => {
+                if e.is_redirect() {
+                    // The slot moved: the next call goes to its new node.
+                    self.cache.redirected(e);
+                }
+                self.cache_failed(e)
+            }
         }
     }
 
