@@ -227,6 +227,21 @@ pub struct Config {
     pub dbfilename: RwLock<String>,
     /// `snapshot-load-corrupt start-empty`.
     pub snapshot_start_empty: AtomicBool,
+    /// Cluster mode (`crate::cluster`); fixed at start, as in Redis.
+    pub cluster_enabled: AtomicBool,
+    /// The file the node keeps its cluster configuration in, relative to `dir`.
+    pub cluster_config_file: RwLock<String>,
+    /// The cluster bus port (0: the client port + 10000).
+    pub cluster_port: AtomicU64,
+    /// ms without an answer on the bus before a peer is shown as failing (`fail?`).
+    pub cluster_node_timeout: AtomicU64,
+    /// The address this node tells peers and clients to reach it at; empty: the
+    /// address peers see it connect from.
+    pub cluster_announce_ip: RwLock<String>,
+    /// Refuse every key while any slot is unassigned (`CLUSTERDOWN`).
+    pub cluster_require_full_coverage: AtomicBool,
+    /// Serve reads of the slots this node owns while the cluster is down.
+    pub cluster_allow_reads_when_down: AtomicBool,
 }
 
 impl Default for Config {
@@ -281,6 +296,13 @@ impl Default for Config {
             dir: RwLock::new(std::env::current_dir().unwrap_or_else(|_| ".".into())),
             dbfilename: RwLock::new("dump.rcs".into()),
             snapshot_start_empty: AtomicBool::new(false),
+            cluster_enabled: AtomicBool::new(false),
+            cluster_config_file: RwLock::new("nodes.conf".into()),
+            cluster_port: AtomicU64::new(0),
+            cluster_node_timeout: AtomicU64::new(15_000),
+            cluster_announce_ip: RwLock::new(String::new()),
+            cluster_require_full_coverage: AtomicBool::new(true),
+            cluster_allow_reads_when_down: AtomicBool::new(false),
         }
     }
 }
@@ -348,6 +370,15 @@ fn set_mem_min(a: &AtomicU64, v: &str, min: u64) -> Result<(), String> {
         ) + "mb");
     }
     a.store(n, Relaxed);
+    Ok(())
+}
+
+fn get_yes_no(a: &AtomicBool) -> String {
+    if a.load(Relaxed) { "yes" } else { "no" }.into()
+}
+
+fn set_yes_no(a: &AtomicBool, v: &str) -> Result<(), String> {
+    a.store(yes_no(v)?, Relaxed);
     Ok(())
 }
 
@@ -704,6 +735,74 @@ pub static PARAMS: &[Param] = &[
             *c.dbfilename.write() = v.to_string();
             Ok(())
         },
+    },
+    Param {
+        name: "cluster-enabled",
+        mutable: false,
+        protected: false,
+        help: "Run as a Redis Cluster node (yes/no)",
+        get: |c| get_yes_no(&c.cluster_enabled),
+        set: |c, v| set_yes_no(&c.cluster_enabled, v),
+    },
+    Param {
+        name: "cluster-config-file",
+        mutable: false,
+        protected: false,
+        help: "File in `dir` where the node keeps its cluster configuration (default nodes.conf)",
+        get: |c| c.cluster_config_file.read().clone(),
+        set: |c, v| {
+            if v.is_empty() || v.contains('/') || v == "." || v == ".." {
+                return Err("cluster-config-file can't be a path, just a filename".into());
+            }
+            *c.cluster_config_file.write() = v.to_string();
+            Ok(())
+        },
+    },
+    Param {
+        name: "cluster-port",
+        mutable: false,
+        protected: false,
+        help: "Cluster bus port (0: the client port + 10000)",
+        get: |c| get_u(&c.cluster_port),
+        set: |c, v| set_u(&c.cluster_port, v, 0, 65535),
+    },
+    Param {
+        name: "cluster-node-timeout",
+        mutable: true,
+        protected: false,
+        help: "ms a peer may leave the bus unanswered before it is flagged fail?",
+        get: |c| get_u(&c.cluster_node_timeout),
+        set: |c, v| set_u(&c.cluster_node_timeout, v, 1, i64::MAX as u64),
+    },
+    Param {
+        name: "cluster-announce-ip",
+        mutable: true,
+        protected: false,
+        help: "Address announced to peers and in redirects (default: as peers see it)",
+        get: |c| c.cluster_announce_ip.read().clone(),
+        set: |c, v| {
+            if !v.is_empty() && v.parse::<IpAddr>().is_err() {
+                return Err("argument must be an IP address".into());
+            }
+            *c.cluster_announce_ip.write() = v.to_string();
+            Ok(())
+        },
+    },
+    Param {
+        name: "cluster-require-full-coverage",
+        mutable: true,
+        protected: false,
+        help: "Refuse every key while a slot is unassigned (yes/no)",
+        get: |c| get_yes_no(&c.cluster_require_full_coverage),
+        set: |c, v| set_yes_no(&c.cluster_require_full_coverage, v),
+    },
+    Param {
+        name: "cluster-allow-reads-when-down",
+        mutable: true,
+        protected: false,
+        help: "Serve reads of owned slots while the cluster is down (yes/no)",
+        get: |c| get_yes_no(&c.cluster_allow_reads_when_down),
+        set: |c, v| set_yes_no(&c.cluster_allow_reads_when_down, v),
     },
     Param {
         name: "snapshot-load-corrupt",

@@ -161,3 +161,26 @@ impl Drop for Client {
         self.server.clients.unregister(self.session.info.id);
     }
 }
+
+/// Feeds `bytes` to the cluster bus decoder (`cluster::wire`), as a peer's
+/// stream: it never panics, and a message it accepts encodes back to a frame
+/// that decodes to the same message.
+pub fn cluster_bus(bytes: &[u8]) {
+    use crate::cluster::wire;
+    if let Ok(Some((msg, used))) = wire::decode(bytes) {
+        assert!(used <= bytes.len());
+        let mut again = Vec::new();
+        wire::encode(&msg, &mut again);
+        assert_eq!(wire::decode(&again), Ok(Some((msg, again.len()))));
+    }
+}
+
+/// Feeds `text` to the cluster config reader (`cluster::text`): it never panics,
+/// and a config it accepts writes back to text that reads back the same.
+pub fn cluster_config(text: &str) {
+    use crate::cluster::text;
+    if let Ok(state) = text::parse(text, 0) {
+        let written = text::config(&state);
+        assert_eq!(text::parse(&written, 0), Ok(state));
+    }
+}

@@ -28,6 +28,11 @@ pub async fn run(
     let local_addr = first.local_addr()?;
     let server = Arc::new(Server::new(config, local_addr, shutdown.clone()));
     crate::tracking::install(&server);
+    let bind: Vec<std::net::IpAddr> = listeners
+        .iter()
+        .filter_map(|l| l.local_addr().ok().map(|a| a.ip()))
+        .collect();
+    crate::cluster::start(&server, &bind)?;
     crate::persist::init(&server);
     let loader = crate::persist::start_load(&server)?;
     let saver = crate::persist::start_saver(server.clone())?;

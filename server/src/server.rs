@@ -46,6 +46,8 @@ pub struct Server {
     pub startup_memory: usize,
     /// Snapshots: save state, load state, INFO persistence counters.
     pub persist: crate::persist::State,
+    /// Cluster mode: this node's view of the cluster (inert when disabled).
+    pub cluster: crate::cluster::Cluster,
 }
 
 impl Server {
@@ -58,7 +60,17 @@ impl Server {
                 .collect()
         };
         Server {
-            db: Db::new(),
+            // In cluster mode a slot's keys share a shard (see `db::Placement`).
+            db: Db::placed(
+                if config
+                    .cluster_enabled
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    crate::db::Placement::BySlot
+                } else {
+                    crate::db::Placement::Hash
+                },
+            ),
             config,
             stats: Stats::default(),
             observe: crate::observe::Observe::default(),
@@ -78,6 +90,7 @@ impl Server {
             local_addr,
             startup_memory: crate::alloc::allocated().unwrap_or(0),
             persist: crate::persist::State::default(),
+            cluster: crate::cluster::Cluster::default(),
         }
     }
 

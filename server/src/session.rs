@@ -307,6 +307,12 @@ pub struct Session {
     pub pubsub: Option<Box<crate::pubsub::Subscription>>,
     /// Set while CLIENT TRACKING is on.
     pub tracking: Option<Box<crate::tracking::State>>,
+    /// Cluster mode: ASKING was sent, so the next command (or transaction) may
+    /// touch a slot this node is importing.
+    pub asking: bool,
+    /// Cluster mode: READONLY was sent (reads may be served by replicas, which
+    /// relcache does not have yet: kept so READWRITE and CLIENT INFO agree).
+    pub readonly: bool,
 }
 
 impl ClientInfo {
@@ -328,6 +334,8 @@ impl Session {
             monitor: None,
             pubsub: None,
             tracking: None,
+            asking: false,
+            readonly: false,
         }
     }
 

@@ -460,6 +460,8 @@ fn reset(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     crate::pubsub::leave(ctx.server, ctx.session);
     ctx.session.set_proto(Protocol::Resp2);
     ctx.session.authenticated = password(ctx).is_none();
+    ctx.session.asking = false;
+    ctx.session.readonly = false;
     // lib-name and lib-ver stay: they still describe the library on this socket.
     *ctx.session.info.name.lock() = None;
     Ok(Frame::Simple(Bytes::from_static(b"RESET")))

@@ -113,7 +113,11 @@ fn info(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             Section::Replication => info_replication(ctx.server, &mut out),
             Section::Cpu => info_cpu(&mut out),
             Section::Commandstats => info_commandstats(ctx.server, &mut out),
-            Section::Cluster => field(&mut out, "cluster_enabled", 0),
+            Section::Cluster => field(
+                &mut out,
+                "cluster_enabled",
+                ctx.server.cluster.enabled() as u8,
+            ),
             Section::Keyspace => {
                 let keys = ctx.server.db.len();
                 if keys > 0 {

@@ -12,6 +12,7 @@
 
 pub mod spec;
 
+mod cluster;
 mod config;
 mod connection;
 mod docs;
@@ -54,8 +55,9 @@ use crate::session::Session;
 pub use spec::{CommandSpec, Keys};
 
 /// Every top-level command family's table.
-fn families() -> [&'static [CommandSpec]; 19] {
+fn families() -> [&'static [CommandSpec]; 20] {
     [
+        cluster::COMMANDS,
         config::COMMANDS,
         connection::COMMANDS,
         expire::COMMANDS,
@@ -391,6 +393,10 @@ pub fn dispatch(
         crate::pubsub::command_starts(session);
     }
     let outcome = execute(server, session, args, resumed);
+    // ASKING covers the next command, or the next transaction.
+    if session.asking && session.multi.is_none() && !eq_ic(&args[0], "asking") {
+        session.asking = false;
+    }
     let holds = tracking || session.tracking.is_some();
     // CLIENT CACHING covers the next command (once it answers), or the next
     // transaction.
@@ -462,6 +468,11 @@ fn execute(
         ));
         return reject(server, session, id, spec, e);
     }
+    if server.cluster.enabled() {
+        if let Err(redirect) = cluster_route(server, session, spec, args) {
+            return redirected(server, session, id, spec, redirect);
+        }
+    }
     if server.persist.loading() && !spec.has(spec::LOADING) {
         return reject(server, session, id, spec, CmdError::Loading);
     }
@@ -512,6 +523,52 @@ fn execute(
         return reject(server, session, id, spec, e);
     }
     run(server, session, id, spec, args, None, resumed)
+}
+
+/// Cluster mode: whether this node serves the command, or which redirect it
+/// gets (`crate::cluster::route`). EXEC is placed by every command it queued.
+fn cluster_route(
+    server: &Server,
+    session: &Session,
+    spec: &'static CommandSpec,
+    args: &[Bytes],
+) -> Result<(), crate::cluster::route::Redirect> {
+    let asking = session.asking;
+    if !spec.has(spec::RUNS_QUEUED) {
+        return crate::cluster::route::route(server, std::iter::once((spec, args)), asking);
+    }
+    let Some(multi) = &session.multi else {
+        return Ok(());
+    };
+    let reg = registry();
+    let queued = multi
+        .queued
+        .iter()
+        .filter_map(|q| resolve(reg, q).ok().map(|(_, spec)| (spec, &q[..])));
+    crate::cluster::route::route(server, queued, asking)
+}
+
+/// A command this node does not serve: the redirect is its reply. Inside MULTI
+/// the transaction is flagged to fail; an EXEC redirected ends its transaction
+/// with the redirect itself, not EXECABORT (Redis's behaviour).
+fn redirected(
+    server: &Server,
+    session: &mut Session,
+    id: usize,
+    spec: &CommandSpec,
+    redirect: crate::cluster::route::Redirect,
+) -> Outcome {
+    server.cmdstats[id].rejected_calls.incr();
+    if spec.has(spec::RUNS_QUEUED) {
+        session.multi = None;
+        session.info.multi.store(u64::MAX, Relaxed);
+        if !session.watched.is_empty() {
+            crate::offload::offload(|| transactions::unwatch_all(server, session));
+        }
+    } else if let Some(m) = &mut session.multi {
+        m.failed = true;
+    }
+    Outcome::Reply(redirect.to_error().to_frame())
 }
 
 /// What a RESP2 connection may still send once subscribed: its replies would
@@ -698,7 +755,7 @@ fn unknown_command(args: &[Bytes]) -> CmdError {
 
 /// The keys of a command, in argument order; `None` for the whole keyspace. Held
 /// inline for the handful of keys nearly every command has.
-fn command_keys<'x>(
+pub(crate) fn command_keys<'x>(
     spec: &CommandSpec,
     args: &'x [Bytes],
 ) -> Option<smallvec::SmallVec<[&'x [u8]; 4]>> {

@@ -30,6 +30,9 @@ pub const BLOCKING: u32 = 1 << 13;
 pub const SKIP_MONITOR: u32 = 1 << 14;
 pub const NO_MANDATORY_KEYS: u32 = 1 << 15;
 pub const PUBSUB: u32 = 1 << 16;
+/// Served by a node importing the key's slot as if the client had sent ASKING
+/// (RESTORE-ASKING, which MIGRATE sends).
+pub const ASKING: u32 = 1 << 17;
 /// Internal, not reported: lock the key's shards exclusively although the command
 /// does not write data (WATCH registers itself in the shard).
 pub const LOCK_WRITE: u32 = 1 << 31;
@@ -58,6 +61,7 @@ const FLAG_NAMES: &[(u32, &str)] = &[
     (ALLOW_BUSY, "allow_busy"),
     (SKIP_MONITOR, "skip_monitor"),
     (SKIP_SLOWLOG, "skip_slowlog"),
+    (ASKING, "asking"),
     (MOVABLE_KEYS, "movablekeys"),
     (BLOCKING, "blocking"),
     (NO_MANDATORY_KEYS, "no_mandatory_keys"),
@@ -115,6 +119,7 @@ pub enum Group {
     Pubsub,
     /// relcache's own IDSET.* family.
     Idset,
+    Cluster,
 }
 
 impl Group {
@@ -129,6 +134,7 @@ impl Group {
             Group::Scripting => "scripting",
             Group::Pubsub => "pubsub",
             Group::Idset => "module",
+            Group::Cluster => "cluster",
         }
     }
 
@@ -142,6 +148,8 @@ impl Group {
             Group::Transactions => "@transaction",
             Group::Scripting => "@scripting",
             Group::Pubsub => "@pubsub",
+            // Redis gives cluster commands no category of their own.
+            Group::Cluster => "",
         }
     }
 }
@@ -219,7 +227,7 @@ impl CommandSpec {
             v.extend(["@admin", "@dangerous"]);
         }
         // Redis puts PUBSUB HELP (and the bare container) in @slow alone.
-        if self.group != Group::Pubsub || self.has(PUBSUB) {
+        if (self.group != Group::Pubsub || self.has(PUBSUB)) && self.group != Group::Cluster {
             v.push(self.group.acl());
         }
         v.push(if self.has(FAST) { "@fast" } else { "@slow" });

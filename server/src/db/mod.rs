@@ -19,6 +19,7 @@ mod idset;
 mod key;
 mod lease;
 mod shard;
+mod slots;
 pub mod track;
 mod view;
 
@@ -39,6 +40,22 @@ pub use view::{LockMode, View};
 /// Number of shards; a power of two so the shard index is a mask of the hash.
 pub const SHARDS: usize = 256;
 
+/// How keys are spread over the shards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// By a fast in-process hash: standalone.
+    Hash,
+    /// By cluster hash slot, so a slot's keys all live in one shard and CLUSTER
+    /// COUNTKEYSINSLOT / GETKEYSINSLOT, and dropping a lost slot, read one shard
+    /// (1/256 of the keys) instead of all of them.
+    BySlot,
+}
+
+/// The shard a cluster hash slot's keys live in.
+pub fn slot_shard(slot: u16) -> usize {
+    slot as usize & (SHARDS - 1)
+}
+
 /// A shard and a lock-free mirror of its key count (so INFO and DBSIZE never need
 /// the locks, and cannot deadlock with a transaction holding them).
 pub struct Shard {
@@ -51,6 +68,7 @@ pub struct Shard {
 /// The whole keyspace (database 0; relcache has no other).
 pub struct Db {
     shards: Box<[Shard]>,
+    placement: Placement,
     hasher: RandomState,
     /// Leases out across all shards: zero almost always, which lets a write skip
     /// looking for leases to revoke with one load.
@@ -74,7 +92,13 @@ impl Default for Db {
 
 impl Db {
     pub fn new() -> Db {
+        Db::placed(Placement::Hash)
+    }
+
+    /// A keyspace whose keys are placed in shards as `placement` says.
+    pub fn placed(placement: Placement) -> Db {
         Db {
+            placement,
             shards: (0..SHARDS)
                 .map(|_| Shard {
                     map: RwLock::new(ShardMap::default()),
@@ -100,7 +124,10 @@ impl Db {
 
     /// The shard index that owns `key`.
     pub fn shard_index(&self, key: &[u8]) -> usize {
-        (self.hasher.hash_one(key) >> 32) as usize & (SHARDS - 1)
+        match self.placement {
+            Placement::Hash => (self.hasher.hash_one(key) >> 32) as usize & (SHARDS - 1),
+            Placement::BySlot => slot_shard(relcache_protocol::slot::key_slot(key)),
+        }
     }
 
     pub(crate) fn shard(&self, idx: usize) -> &Shard {

@@ -1,0 +1,224 @@
+//! Cluster mode: this node as one member of a Redis Cluster.
+//!
+//! The keyspace is cut into 16,384 hash slots (`relcache_protocol::slot`); each
+//! node serves the slots it owns and redirects the rest (`route`: `-MOVED`,
+//! `-ASK`, `-CROSSSLOT`, `-TRYAGAIN`, `-CLUSTERDOWN`, as Redis sends them). Nodes
+//! learn each other and agree on who owns which slot over a bus of their own
+//! (`bus`, messages in `wire`): every second each node tells each peer what it
+//! owns under which config epoch, and a claim with a newer epoch wins — Redis
+//! Cluster's rule, so `redis-cli --cluster create`, `check` and `reshard` drive it
+//! as they drive Redis.
+//!
+//! What is not here yet: replicas, failure detection beyond flagging a silent peer
+//! `fail?`, and failover. A node that dies takes its slots with it until an
+//! operator assigns them elsewhere (see the README).
+//!
+//! The state ([`state::State`]) sits behind one lock; a change goes through
+//! [`Cluster::update`], which saves the config file (`text`) and wakes the bus to
+//! spread it at once.
+
+mod bus;
+pub mod node;
+pub mod route;
+pub mod state;
+pub mod text;
+pub mod wire;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use relcache_protocol::slot::SLOTS;
+
+use crate::db::now_ms;
+use crate::server::Server;
+use node::NodeId;
+use state::State;
+
+/// Message counters, by kind (PING, PONG, MEET, UPDATE), for CLUSTER INFO.
+#[derive(Default)]
+pub struct BusStats {
+    pub sent: [AtomicU64; 4],
+    pub received: [AtomicU64; 4],
+}
+
+pub struct Cluster {
+    enabled: AtomicBool,
+    /// Every slot has an owner: kept by [`update`](Self::update) so routing never
+    /// scans the slot table.
+    covered: AtomicBool,
+    state: RwLock<State>,
+    /// The config file, and the generation last written to it.
+    file: Mutex<(Option<PathBuf>, u64)>,
+    generation: AtomicU64,
+    /// Wakes the bus's links to send at once (a change to spread).
+    spread: tokio::sync::Notify,
+    pub stats: BusStats,
+}
+
+impl Default for Cluster {
+    fn default() -> Self {
+        Cluster {
+            enabled: AtomicBool::new(false),
+            covered: AtomicBool::new(false),
+            state: RwLock::new(State::new(NodeId::random(), 0, 0, now_ms())),
+            file: Mutex::new((None, 0)),
+            generation: AtomicU64::new(0),
+            spread: tokio::sync::Notify::new(),
+            stats: BusStats::default(),
+        }
+    }
+}
+
+impl Cluster {
+    /// Whether this server runs in cluster mode; one relaxed load.
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Relaxed)
+    }
+
+    pub fn read(&self) -> RwLockReadGuard<'_, State> {
+        self.state.read()
+    }
+
+    /// Changes the state; a change that succeeds is saved and spread at once.
+    pub fn update<R, E>(&self, f: impl FnOnce(&mut State) -> Result<R, E>) -> Result<R, E> {
+        let (r, text, generation) = {
+            let mut s = self.state.write();
+            let r = f(&mut s)?;
+            self.covered.store(s.assigned() == SLOTS, Relaxed);
+            (
+                r,
+                text::config(&s),
+                self.generation.fetch_add(1, Relaxed) + 1,
+            )
+        };
+        self.save(&text, generation);
+        self.spread.notify_waiters();
+        Ok(r)
+    }
+
+    /// Changes the state without saving it (link times, placeholders).
+    pub fn touch<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        f(&mut self.state.write())
+    }
+
+    /// Writes `text` unless a newer generation is already on disk: through a
+    /// temporary file, synced and renamed over the old one, so a crash leaves
+    /// the old file or the new, never half of one. The state lock is not held,
+    /// so routing never waits for the disk.
+    fn save(&self, text: &str, generation: u64) {
+        let mut file = self.file.lock();
+        let (Some(path), written) = &mut *file else {
+            return;
+        };
+        if *written >= generation {
+            return;
+        }
+        match write_atomically(path, text) {
+            Ok(()) => *written = generation,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "could not save the cluster config")
+            }
+        }
+    }
+
+    /// Saves the current state now (CLUSTER SAVECONFIG); the error is the disk's.
+    pub fn save_now(&self) -> std::io::Result<()> {
+        let text = text::config(&self.read());
+        let file = self.file.lock();
+        match &file.0 {
+            Some(path) => write_atomically(path, &text),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the cluster serves keys: every slot assigned, unless
+    /// `cluster-require-full-coverage no`.
+    pub fn ok(&self, server: &Server) -> bool {
+        self.covered.load(Relaxed) || !server.config.cluster_require_full_coverage.load(Relaxed)
+    }
+}
+
+fn write_atomically(path: &PathBuf, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp-relcache");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Starts cluster mode if `cluster-enabled yes`: loads the config file (or makes
+/// a new node and writes one), then opens the bus. A config file that does not
+/// read is an error: the node must not start with a slot map it made up.
+pub fn start(server: &Arc<Server>, bind: &[std::net::IpAddr]) -> anyhow::Result<()> {
+    let config = &server.config;
+    if !config.cluster_enabled.load(Relaxed) {
+        return Ok(());
+    }
+    let port = server.local_addr.port();
+    // `--port 0` (a port the system picks, as tests use) picks the bus port too.
+    let wanted = match config.cluster_port.load(Relaxed) as u16 {
+        0 if config.port.load(Relaxed) == 0 => 0,
+        0 => port.checked_add(10_000).ok_or_else(|| {
+            anyhow::anyhow!("port {port} leaves no room for a bus port (+10000): set cluster-port")
+        })?,
+        p => p,
+    };
+    let (listeners, cport) = bus::bind(bind, wanted)?;
+    let path = config.dir.read().join(&*config.cluster_config_file.read());
+    let now = now_ms();
+    let mut state = match std::fs::read_to_string(&path) {
+        Ok(text) => text::parse(&text, now).map_err(|e| {
+            anyhow::anyhow!(
+                "unrecoverable error: corrupted cluster config file {}: {e}",
+                path.display()
+            )
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            State::new(NodeId::random(), port, cport, now)
+        }
+        Err(e) => return Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
+    };
+    let me = state.me_mut();
+    me.port = port;
+    me.cport = cport;
+    let announce = config.cluster_announce_ip.read().clone();
+    if !announce.is_empty() {
+        me.ip = announce;
+    }
+    // Peers read from the file start with their link down: the bus finds them.
+    for n in state.nodes.iter_mut() {
+        n.meet = false;
+    }
+    tracing::info!(node = %state.myself, cport, file = %path.display(), "cluster mode");
+    let cluster = &server.cluster;
+    *cluster.state.write() = state;
+    *cluster.file.lock() = (Some(path), 0);
+    cluster.enabled.store(true, Relaxed);
+    cluster
+        .update(|_| Ok::<_, ()>(()))
+        .expect("an empty update succeeds");
+    bus::start(server, listeners);
+    Ok(())
+}
+
+/// Drops the keys of slots this node no longer owns, off the caller's thread
+/// (a slot may hold many keys).
+fn drop_lost(server: &Arc<Server>, lost: Vec<u16>) {
+    if lost.is_empty() {
+        return;
+    }
+    let server = server.clone();
+    tokio::task::spawn_blocking(move || {
+        let dropped: usize = lost.iter().map(|&s| server.db.drop_slot(s)).sum();
+        if dropped > 0 {
+            tracing::warn!(
+                slots = lost.len(),
+                keys = dropped,
+                "dropped the keys of slots now owned by another node"
+            );
+        }
+    });
+}
