@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::real_redis::RedisServer;
-use super::{tool, TempDir};
+use super::{tool, TempDir, TestServer};
 
 /// Runs `redis-cli -p <port> <args>` and returns its standard output, trimmed;
 /// panics if it could not run or exited with a failure.
@@ -145,21 +145,51 @@ impl RedisCluster {
             .collect()
     }
 
-    /// The port of the node that serves `slot`, from `CLUSTER NODES`: a line per
-    /// node, `id host:port@bus flags master ping pong epoch link slot-ranges…`.
+    /// The port of the node that serves `slot`.
     pub fn owner(&self, slot: u16) -> u16 {
-        let nodes = cli(self.nodes[0].port, &["CLUSTER", "NODES"]);
-        for line in nodes.lines() {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let serves = fields.iter().skip(8).any(|range| {
+        owner(self.nodes[0].port, slot)
+    }
+}
+
+/// The port of the node that serves `slot`, as the node on `port` sees it, from
+/// `CLUSTER NODES`: a line per node, `id host:port@bus flags master ping pong
+/// epoch link slot-ranges…`.
+pub fn owner(port: u16, slot: u16) -> u16 {
+    let nodes = cli(port, &["CLUSTER", "NODES"]);
+    for line in nodes.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let serves = fields.iter().skip(8).any(|range| {
                 let (start, end) = range.split_once('-').unwrap_or((range, range));
                 matches!((start.parse::<u16>(), end.parse::<u16>()), (Ok(s), Ok(e)) if (s..=e).contains(&slot))
             });
-            if serves {
-                let addr = fields[1].split('@').next().unwrap();
-                return addr.rsplit(':').next().unwrap().parse().unwrap();
-            }
+        if serves {
+            let addr = fields[1].split('@').next().unwrap();
+            return addr.rsplit(':').next().unwrap().parse().unwrap();
         }
-        panic!("no node serves slot {slot}: {nodes}");
+    }
+    panic!("no node serves slot {slot}: {nodes}");
+}
+
+/// `relcache-server`s in one cluster, stopped on drop.
+pub struct RelcacheCluster {
+    pub nodes: Vec<TestServer>,
+}
+
+impl RelcacheCluster {
+    /// Starts `n` (at least 3) in cluster mode and joins them.
+    pub fn start(n: usize) -> RelcacheCluster {
+        let nodes: Vec<TestServer> = (0..n)
+            .map(|_| TestServer::start_with(&["--cluster-enabled", "yes"]))
+            .collect();
+        create_cluster(&nodes.iter().map(|n| n.port).collect::<Vec<_>>());
+        RelcacheCluster { nodes }
+    }
+
+    pub fn ports(&self) -> Vec<u16> {
+        self.nodes.iter().map(|n| n.port).collect()
+    }
+
+    pub fn addrs(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.addr()).collect()
     }
 }
