@@ -1,4 +1,5 @@
-//! The client's cluster routing against a real three-node `redis-server` cluster:
+//! The client's cluster routing against a real three-node `redis-server` cluster
+//! (and the IDSET family over a relcache one):
 //! every command reaches the node that serves its slot, pipelines and multi-key
 //! commands are split by node and merged in order, a stale slot map is corrected
 //! by `-MOVED`, and a slot migrated while the client reads and writes costs it no
@@ -11,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use harness::cluster::{cli, move_slot, RedisCluster};
-use relcache_client::{ClusterConfig, ClusterPool, Cmd, Error, Frame, PoolConfig};
+use harness::cluster::{cli, move_slot, owner, RedisCluster, RelcacheCluster};
+use relcache_client::{ClusterConfig, ClusterPool, Cmd, Error, Frame, LoadOpts, PoolConfig};
 use relcache_protocol::slot::key_slot;
 
 async fn connect(cluster: &RedisCluster) -> ClusterPool {
@@ -215,6 +216,63 @@ async fn a_slot_migrated_under_reads_and_writes_loses_nothing() {
     }
     assert!(pool
         .node_for_key(b"{hot}")
+        .unwrap()
+        .ends_with(&format!(":{to}")));
+}
+
+/// The same routing over relcache nodes in cluster mode, with the IDSET family:
+/// `IDSET.WHICH` over users' sets on every node, split per slot and merged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idset_which_is_split_over_a_relcache_cluster() {
+    let cluster = RelcacheCluster::start(3);
+    let pool = ClusterPool::connect(ClusterConfig {
+        seeds: cluster.addrs(),
+        ..ClusterConfig::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(pool.primaries().len(), 3);
+    let keys: Vec<Bytes> = (0..60)
+        .map(|u| Bytes::from(format!("following:{{{u}}}")))
+        .collect();
+    // Even users follow 42; every third user's set is missing.
+    let loads = keys
+        .iter()
+        .enumerate()
+        .filter(|(u, _)| u % 3 != 0)
+        .map(|(u, k)| {
+            let ids: &[u64] = if u % 2 == 0 { &[1, 42] } else { &[1, 7] };
+            Cmd::idset_load_ids(k.clone(), ids, LoadOpts::default())
+        })
+        .collect();
+    for stored in pool.run_pipeline(loads).await.unwrap() {
+        assert!(stored.unwrap());
+    }
+    let answers = pool
+        .run_split(&keys, |keys| Cmd::idset_which(42, keys))
+        .await
+        .unwrap();
+    for (u, answer) in answers.into_iter().enumerate() {
+        let expected = (u % 3 != 0).then_some(u % 2 == 0);
+        assert_eq!(answer, expected, "user {u}");
+    }
+    let err = pool.run(Cmd::idset_which(42, &keys)).await.unwrap_err();
+    assert_eq!(err.code(), Some("CROSSSLOT"));
+
+    // A slot moved behind the pool's back: MOVED is followed.
+    let key = "following:{moved}";
+    let slot = key_slot(key.as_bytes());
+    let ports = cluster.ports();
+    let from = owner(ports[0], slot);
+    let to = *ports.iter().find(|&&p| p != from).unwrap();
+    move_slot(slot, from, to, &ports, || {});
+    assert_eq!(
+        pool.run(Cmd::idset_add(key, &[5])).await.unwrap(),
+        1,
+        "sent on to the new node"
+    );
+    assert!(pool
+        .node_for_key(key.as_bytes())
         .unwrap()
         .ends_with(&format!(":{to}")));
 }
