@@ -222,3 +222,41 @@ async fn a_fill_whose_slot_moved_is_refused_and_the_next_read_fills_the_new_node
     );
     assert_eq!(t.stats().write_through_failures.load(Relaxed), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_dies_is_skipped_while_the_others_are_read() {
+    let mut cluster = RelcacheCluster::start(3);
+    let t = tier(&cluster, "cluster_down").await;
+    let users: Vec<u64> = (100..130).collect();
+    for &u in &users {
+        t.follow(u, u + 1).await.unwrap();
+    }
+    for &u in &users {
+        assert!(t.is_following(u, u + 1).await.unwrap(), "fills");
+    }
+    let dead = cluster.nodes.remove(0);
+    let dead_port = format!(":{}", dead.port);
+    drop(dead);
+    let (on_dead, on_live): (Vec<u64>, Vec<u64>) = users
+        .iter()
+        .partition(|&&u| t.cache().node_for(&t.cache_key(u)).0.ends_with(&dead_port));
+    assert!(!on_dead.is_empty() && !on_live.is_empty());
+    // The dead node's users are answered from MySQL until it is taken for down…
+    for _ in 0..3 {
+        for &u in &on_dead {
+            assert!(t.is_following(u, u + 1).await.unwrap());
+        }
+    }
+    assert!(t.cache_down(), "the dead node is down");
+    // …and the live nodes' users are still answered by their nodes, unhindered.
+    let hits = t.stats().cache_hits.load(Relaxed);
+    for &u in &on_live {
+        assert!(t.is_following(u, u + 1).await.unwrap());
+        assert!(!t.is_following(u, u + 2).await.unwrap());
+    }
+    assert_eq!(
+        t.stats().cache_hits.load(Relaxed),
+        hits + 2 * on_live.len() as u64,
+        "one node down does not take the others down"
+    );
+}

@@ -11,6 +11,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::{Relations, CLEAR_BATCH};
+use crate::guard::Guard;
 use relcache_client::{Cmd, Error as CacheError, Pool, PooledConn};
 
 /// A connection to the cache node believed to hold a user's set (on one node,
@@ -66,12 +67,12 @@ impl Relations {
         let run_id = match tokio::time::timeout(limit, conn.server_run_id()).await {
             Ok(Ok(id)) => id,
             Ok(Err(e)) => {
-                self.cache_failed(&e);
+                self.cache_failed(Some(&conn.node), &e);
                 return None;
             }
             Err(_) => {
                 // The connection is left mid-reply; dropping it discards it.
-                self.cache_failed(&CacheError::Timeout);
+                self.cache_failed(Some(&conn.node), &CacheError::Timeout);
                 return None;
             }
         };
@@ -102,7 +103,7 @@ impl Relations {
         node: Arc<str>,
         pool: Pool,
     ) -> Result<NodeConn, NoConn> {
-        if !self.guard.admit(Instant::now()) {
+        if !self.health(Some(&node)).admit(Instant::now()) {
             self.stats.cache_bypassed.fetch_add(1, Relaxed);
             return Err(NoConn::Skipped);
         }
@@ -117,7 +118,7 @@ impl Relations {
                     tracing::warn!(error = %e, "no free cache connection");
                     return Err(NoConn::Busy);
                 }
-                self.transport_failed(&e);
+                self.transport_failed(Some(&node), &e);
                 return Err(NoConn::Failed);
             }
         };
@@ -125,7 +126,7 @@ impl Relations {
             let keys: Vec<Bytes> = batch.users().map(|u| self.cache_key(u)).collect();
             // Routed by key: on a cluster the sets are on many nodes.
             let deleted = self.cache.del(&keys).await;
-            self.report(deleted.as_ref().err());
+            self.report(None, deleted.as_ref().err());
             if deleted.is_err() {
                 // The batch stays suspect; the cache is failing.
                 return Err(NoConn::Failed);
@@ -148,7 +149,7 @@ impl Relations {
         cmd: Cmd<T>,
     ) -> Result<T, CacheError> {
         let reply = conn.run(cmd).await;
-        self.report(reply.as_ref().err());
+        self.report(Some(conn.addr()), reply.as_ref().err());
         reply
     }
 
@@ -159,41 +160,67 @@ impl Relations {
         cmds: Vec<Cmd<T>>,
     ) -> Result<Vec<Result<T, CacheError>>, CacheError> {
         let replies = conn.run_pipeline(cmds).await;
-        self.report(replies.as_ref().err());
+        self.report(Some(conn.addr()), replies.as_ref().err());
         replies
     }
 
-    pub(super) fn report(&self, error: Option<&CacheError>) {
+    /// Reports a call's outcome to the health of `node` (`None`: a call routed by
+    /// key, whose node is not known here; on one node, that node).
+    pub(super) fn report(&self, node: Option<&str>, error: Option<&CacheError>) {
         match error {
-            None => self.guard.succeeded(),
+            None => self.health(node).succeeded(),
             Some(e) => {
                 if e.is_redirect() {
                     // The slot moved: the next call goes to its new node.
                     self.cache.redirected(e);
                 }
-                self.cache_failed(e)
+                self.cache_failed(node, e)
             }
         }
+    }
+
+    /// The guard whose health (down, probed) rules calls to `node`: on one node,
+    /// the service's guard; on a cluster, one per node, so that a node that is
+    /// down is skipped while the others are asked as usual, and successes on the
+    /// others do not keep resetting its failure count. (Suspect sets are the
+    /// service's guard's on either: a user is suspect wherever their set lives.)
+    /// A routed call's outcome (`None`) goes to the service's guard, which no
+    /// cluster call consults for health.
+    pub(super) fn health(&self, node: Option<&str>) -> Arc<Guard> {
+        let Some(node) = node.filter(|_| self.cache.is_cluster()) else {
+            return self.guard.clone();
+        };
+        let mut health = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(guard) = health.get(node) {
+            return guard.clone();
+        }
+        let guard = Arc::new(Guard::new(
+            self.config.cache_failure_limit,
+            self.config.cache_retry_interval,
+            0,
+        ));
+        health.insert(node.into(), guard.clone());
+        guard
     }
 
     /// Counts a failed cache call. Only a transport failure counts against the
     /// cache's health; an error reply is an answer, and a busy pool says nothing
     /// about the cache either way.
-    fn cache_failed(&self, e: &CacheError) {
+    fn cache_failed(&self, node: Option<&str>, e: &CacheError) {
         self.stats.cache_errors.fetch_add(1, Relaxed);
         if e.is_connection_lost() {
-            self.transport_failed(e);
+            self.transport_failed(node, e);
             return;
         }
         if e.is_server() || e.is_unexpected_reply() {
-            self.guard.succeeded();
+            self.health(node).succeeded();
         }
         tracing::warn!(error = %e, "cache call failed; answering from MySQL");
     }
 
     /// Reports a failure to reach the cache to the guard, which may take it down.
-    fn transport_failed(&self, e: &CacheError) {
-        if self.guard.failed(Instant::now()) {
+    fn transport_failed(&self, node: Option<&str>, e: &CacheError) {
+        if self.health(node).failed(Instant::now()) {
             tracing::warn!(error = %e, retry_in = ?self.config.cache_retry_interval, "cache down; answering from MySQL");
         } else {
             tracing::warn!(error = %e, "cache unreachable; answering from MySQL");

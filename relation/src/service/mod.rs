@@ -225,8 +225,12 @@ pub struct Relations {
     cache: Cache,
     store: Store,
     config: RelationsConfig,
-    /// Shared with the tasks that wait out writes in doubt.
+    /// Shared with the tasks that wait out writes in doubt. On a cluster it keeps
+    /// the suspect sets only; each node's health is in `health`.
     guard: Arc<Guard>,
+    /// On a cluster, each node's health (see `Relations::health`); empty on one
+    /// node.
+    health: std::sync::Mutex<std::collections::HashMap<Arc<str>, Arc<Guard>>>,
     /// Which cache process's sets may be read (see `restart`).
     restarts: Arc<restart::Restarts>,
     stats: Arc<TierStats>,
@@ -358,6 +362,7 @@ impl Relations {
             store,
             config,
             guard,
+            health: Default::default(),
             restarts: Arc::default(),
             stats,
             local,
@@ -393,8 +398,10 @@ impl Relations {
     }
 
     /// Whether the cache is taken for down (calls skip it until a probe succeeds).
+    /// On a cluster: whether any node is.
     pub fn cache_down(&self) -> bool {
-        self.guard.is_down()
+        let health = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        self.guard.is_down() || health.values().any(|g| g.is_down())
     }
 
     /// Users whose cached set is not trusted until it has been deleted.
@@ -546,7 +553,7 @@ impl Relations {
                 Err(e) if e.is_redirect() => {
                     drop(conn);
                     let sent_on = self.cache.run(cmd()).await;
-                    self.report(sent_on.as_ref().err());
+                    self.report(None, sent_on.as_ref().err());
                     sent_on.is_ok()
                 }
                 Err(_) => false,
@@ -963,7 +970,7 @@ impl Relations {
                 Ok(_) => {}
                 // A slot that moved away (the map is fixed for next time), or an
                 // error reply: those users are read from MySQL.
-                Err(e) => self.report(Some(&e)),
+                Err(e) => self.report(Some(conn.addr()), Some(&e)),
             }
         }
         answers

@@ -203,7 +203,7 @@ impl Relations {
             let keys: Vec<_> = users.iter().map(|&u| self.cache_key(u)).collect();
             // Routed by key: on a cluster, wherever each set now lives.
             let deleted = self.cache.del(&keys).await;
-            self.report(deleted.as_ref().err());
+            self.report(None, deleted.as_ref().err());
             deleted?;
         }
         // A node that serves no slot has no marker, and nothing to read either.
