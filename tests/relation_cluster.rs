@@ -9,10 +9,11 @@ mod harness;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::time::Duration;
 
 use harness::cluster::{move_slot, owner, RelcacheCluster};
-use harness::mariadb::{self, relation_store};
+use harness::mariadb::{self, relation_store, MariaDb};
 use relcache_client::PoolConfig;
 use relcache_client::{build_table, ClusterConfig, ClusterPool, Cmd, LeaseOpts, Leased, LoadOpts};
 use relcache_protocol::slot::key_slot;
@@ -258,5 +259,94 @@ async fn a_node_that_dies_is_skipped_while_the_others_are_read() {
         t.stats().cache_hits.load(Relaxed),
         hits + 2 * on_live.len() as u64,
         "one node down does not take the others down"
+    );
+}
+
+/// The service's own fill, caught between its lease and its load by a slot move:
+/// MySQL is paused while the filler reads it, the slot moves, MySQL resumes. The
+/// load is answered MOVED by the old node and abandoned — stored nowhere, never
+/// sent on with its token — the caller still gets MySQL's answer, and the next read
+/// fills the new node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_under_way_when_its_slot_moves_is_abandoned() {
+    let cluster = RelcacheCluster::start(3);
+    let mut db = MariaDb::start();
+    let store = relation_store(db.url(), "cluster_midfill", 8, |c| {
+        c.query_timeout = Duration::from_secs(30);
+    })
+    .await;
+    let config = RelationsConfig {
+        lease_wait: Duration::from_secs(10),
+        lease_ttl: Duration::from_secs(30),
+        ..RelationsConfig::default()
+    };
+    let t = Arc::new(Relations::new(cluster_pool(&cluster).await, store, config));
+    let (a, b) = (9001, 9002);
+    t.follow(a, b).await.unwrap();
+    let key = t.cache_key(a);
+    let slot = key_slot(&key);
+    let ports = cluster.ports();
+    let from = owner(ports[0], slot);
+    let to = *ports.iter().find(|&&p| p != from).unwrap();
+    let node = |port: u16| {
+        relcache_client::Pool::new(PoolConfig {
+            addr: format!("127.0.0.1:{port}"),
+            ..PoolConfig::default()
+        })
+    };
+    let (old, new) = (node(from), node(to));
+
+    db.pause();
+    let reader = tokio::spawn({
+        let t = t.clone();
+        async move { t.is_following(a, b).await }
+    });
+    // The reader holds the lease once another asker is told it is busy.
+    let no_wait = LeaseOpts {
+        px: Some(Duration::from_millis(1)),
+        wait: None,
+    };
+    loop {
+        match old
+            .run(Cmd::idset_lease(key.clone(), no_wait))
+            .await
+            .unwrap()
+        {
+            Leased::Busy => break,
+            // Ours, before the reader asked: let it lapse and ask again.
+            Leased::Granted(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+            Leased::Hit(()) => panic!("the set was never filled"),
+        }
+    }
+    let all = ports.clone();
+    tokio::task::spawn_blocking(move || move_slot(slot, from, to, &all, || {}))
+        .await
+        .unwrap();
+    db.resume();
+
+    assert!(reader.await.unwrap().unwrap(), "answered from MySQL");
+    let s = t.stats();
+    assert_eq!(
+        s.fills_redirected.load(Relaxed),
+        1,
+        "the fill was abandoned"
+    );
+    assert_eq!(s.cache_fills.load(Relaxed), 0);
+    let err = old.run(Cmd::idset_members(key.clone())).await.unwrap_err();
+    assert!(err.is_redirect(), "the old node no longer serves the slot");
+    assert_eq!(
+        new.run(Cmd::idset_members(key.clone())).await.unwrap(),
+        None,
+        "nothing stored on the new node either"
+    );
+    assert!(t.is_following(a, b).await.unwrap());
+    assert_eq!(
+        s.cache_fills.load(Relaxed),
+        1,
+        "the next read fills the new node"
+    );
+    assert_eq!(
+        new.run(Cmd::idset_members(key)).await.unwrap(),
+        Some(vec![b])
     );
 }
