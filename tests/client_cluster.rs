@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use harness::cluster::{cli, move_slot, owner, RedisCluster, RelcacheCluster};
+use harness::cluster::{cli, move_slot, owner_and_another, RedisCluster, RelcacheCluster};
 use relcache_client::{ClusterConfig, ClusterPool, Cmd, Error, Frame, LoadOpts, PoolConfig};
 use relcache_protocol::slot::key_slot;
 
@@ -121,8 +121,7 @@ async fn a_stale_slot_map_is_corrected_by_moved() {
     let key = "{moving}:counter";
     let slot = key_slot(key.as_bytes());
     assert_eq!(pool.run(incr(key)).await.unwrap(), 1);
-    let from = cluster.owner(slot);
-    let to = *cluster.ports().iter().find(|&&p| p != from).unwrap();
+    let (from, to) = owner_and_another(&cluster.ports(), slot);
     move_slot(slot, from, to, &cluster.ports(), || {});
     // The pool still routes to `from`, which answers MOVED.
     assert!(pool
@@ -155,8 +154,7 @@ async fn a_slot_migrated_under_reads_and_writes_loses_nothing() {
     for key in moving.iter().chain(&steady) {
         pool.run(incr(key)).await.unwrap();
     }
-    let from = cluster.owner(slot);
-    let to = *cluster.ports().iter().find(|&&p| p != from).unwrap();
+    let (from, to) = owner_and_another(&cluster.ports(), slot);
 
     let done = Arc::new(AtomicBool::new(false));
     let writer = {
@@ -263,8 +261,7 @@ async fn idset_which_is_split_over_a_relcache_cluster() {
     let key = "following:{moved}";
     let slot = key_slot(key.as_bytes());
     let ports = cluster.ports();
-    let from = owner(ports[0], slot);
-    let to = *ports.iter().find(|&&p| p != from).unwrap();
+    let (from, to) = owner_and_another(&ports, slot);
     move_slot(slot, from, to, &ports, || {});
     assert_eq!(
         pool.run(Cmd::idset_add(key, &[5])).await.unwrap(),

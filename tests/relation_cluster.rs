@@ -12,27 +12,13 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
-use harness::cluster::{move_slot, owner, RelcacheCluster};
+use harness::cluster::{move_slot, owner_and_another, RelcacheCluster};
 use harness::mariadb::{self, relation_store, MariaDb};
 use relcache_client::PoolConfig;
-use relcache_client::{build_table, ClusterConfig, ClusterPool, Cmd, LeaseOpts, Leased, LoadOpts};
+use relcache_client::{build_table, Cmd, LeaseOpts, Leased, LoadOpts};
 use relcache_protocol::slot::key_slot;
 use relcache_relation::service::{Relations, RelationsConfig};
 use relcache_relation::Relation;
-
-async fn cluster_pool(cluster: &RelcacheCluster) -> ClusterPool {
-    ClusterPool::connect(ClusterConfig {
-        seeds: cluster.addrs(),
-        pool: PoolConfig {
-            max_connections: 64,
-            command_timeout: Duration::from_secs(5),
-            ..PoolConfig::default()
-        },
-        ..ClusterConfig::default()
-    })
-    .await
-    .expect("read the slot map")
-}
 
 async fn tier(cluster: &RelcacheCluster, test: &str) -> Relations {
     let store = relation_store(mariadb::shared().url(), test, 8, |_| {}).await;
@@ -40,7 +26,7 @@ async fn tier(cluster: &RelcacheCluster, test: &str) -> Relations {
         lease_wait: Duration::from_secs(10),
         ..RelationsConfig::default()
     };
-    Relations::new(cluster_pool(cluster).await, store, config)
+    Relations::new(cluster.pool().await, store, config)
 }
 
 fn following_of(model: &BTreeSet<(u64, u64)>, a: u64) -> Vec<u64> {
@@ -154,8 +140,7 @@ async fn a_fill_whose_slot_moved_is_refused_and_the_next_read_fills_the_new_node
     let key = t.cache_key(a);
     let slot = key_slot(&key);
     let ports = cluster.ports();
-    let from = owner(ports[0], slot);
-    let to = *ports.iter().find(|&&p| p != from).unwrap();
+    let (from, to) = owner_and_another(&ports, slot);
 
     // A caller takes the lease on the old node and reads MySQL...
     let Leased::Granted(token) = t
@@ -280,14 +265,13 @@ async fn a_fill_under_way_when_its_slot_moves_is_abandoned() {
         lease_ttl: Duration::from_secs(30),
         ..RelationsConfig::default()
     };
-    let t = Arc::new(Relations::new(cluster_pool(&cluster).await, store, config));
+    let t = Arc::new(Relations::new(cluster.pool().await, store, config));
     let (a, b) = (9001, 9002);
     t.follow(a, b).await.unwrap();
     let key = t.cache_key(a);
     let slot = key_slot(&key);
     let ports = cluster.ports();
-    let from = owner(ports[0], slot);
-    let to = *ports.iter().find(|&&p| p != from).unwrap();
+    let (from, to) = owner_and_another(&ports, slot);
     let node = |port: u16| {
         relcache_client::Pool::new(PoolConfig {
             addr: format!("127.0.0.1:{port}"),

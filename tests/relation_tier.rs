@@ -16,9 +16,7 @@ use harness::mariadb::{self, relation_store, MariaDb};
 use harness::TestServer;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use relcache_client::{
-    build_table, ClusterConfig, ClusterPool, Cmd, LeaseOpts, Leased, LoadOpts, Pool, PoolConfig,
-};
+use relcache_client::{build_table, Cmd, LeaseOpts, Leased, LoadOpts, Pool, PoolConfig};
 use relcache_relation::service::{RelationError, Relations, RelationsConfig};
 use relcache_relation::Cache;
 use relcache_relation::{Cursor, Relation};
@@ -82,17 +80,7 @@ async fn tier_on(caches: &Caches, db: &MariaDb, test: &str) -> Relations {
     let (cache, test): (Cache, String) = match caches {
         Caches::Node(server) => (pool(server).into(), test.to_owned()),
         Caches::Cluster(cluster) => {
-            let cache = ClusterPool::connect(ClusterConfig {
-                seeds: cluster.addrs(),
-                pool: PoolConfig {
-                    max_connections: 64,
-                    command_timeout: Duration::from_secs(5),
-                    ..PoolConfig::default()
-                },
-                ..ClusterConfig::default()
-            })
-            .await
-            .expect("read the slot map");
+            let cache = cluster.pool().await;
             (cache.into(), format!("{test}_cluster"))
         }
     };

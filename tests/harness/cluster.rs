@@ -151,6 +151,13 @@ impl RedisCluster {
     }
 }
 
+/// The node on `ports` that serves `slot`, and another one to move it to.
+pub fn owner_and_another(ports: &[u16], slot: u16) -> (u16, u16) {
+    let from = owner(ports[0], slot);
+    let to = *ports.iter().find(|&&p| p != from).expect("two nodes");
+    (from, to)
+}
+
 /// The port of the node that serves `slot`, as the node on `port` sees it, from
 /// `CLUSTER NODES`: a line per node, `id host:port@bus flags master ping pong
 /// epoch link slot-ranges…`.
@@ -191,5 +198,21 @@ impl RelcacheCluster {
 
     pub fn addrs(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.addr()).collect()
+    }
+
+    /// A routing pool over the cluster with the timeouts and size the relation
+    /// tier's tests use.
+    pub async fn pool(&self) -> relcache_client::ClusterPool {
+        relcache_client::ClusterPool::connect(relcache_client::ClusterConfig {
+            seeds: self.addrs(),
+            pool: relcache_client::PoolConfig {
+                max_connections: 64,
+                command_timeout: Duration::from_secs(5),
+                ..relcache_client::PoolConfig::default()
+            },
+            ..relcache_client::ClusterConfig::default()
+        })
+        .await
+        .expect("read the slot map")
     }
 }
