@@ -2,6 +2,8 @@
 //! of a real MariaDB with eight logical shards. Every read against a model; the
 //! fill/write race; a hundred concurrent misses; fills that fail or are abandoned
 //! (their leases must be let go at once); MySQL dying mid-run; the cache going away.
+//! The scenarios marked `on_both!` run on one node and again on a three-node
+//! relcache cluster (more of the cluster in `relation_cluster.rs`).
 
 mod harness;
 
@@ -9,12 +11,14 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use harness::cluster::RelcacheCluster;
 use harness::mariadb::{self, relation_store, MariaDb};
 use harness::TestServer;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use relcache_client::{build_table, Cmd, LeaseOpts, Leased, LoadOpts, Pool, PoolConfig};
 use relcache_relation::service::{RelationError, Relations, RelationsConfig};
+use relcache_relation::Cache;
 use relcache_relation::{Cursor, Relation};
 
 const SHARDS: u32 = 8;
@@ -31,6 +35,67 @@ fn pool(server: &TestServer) -> Pool {
     })
 }
 
+/// Where a scenario's cache runs: those marked `on_both!` run once on each.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Node,
+    Cluster,
+}
+
+/// Runs `scenario(kind)` as two tests, on one relcache node and on a three-node
+/// relcache cluster.
+macro_rules! on_both {
+    ($scenario:ident) => {
+        mod $scenario {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn on_one_node() {
+                super::$scenario(super::Kind::Node).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn on_a_three_node_cluster() {
+                super::$scenario(super::Kind::Cluster).await
+            }
+        }
+    };
+}
+
+/// A scenario's cache servers, stopped on drop.
+enum Caches {
+    Node(TestServer),
+    Cluster(RelcacheCluster),
+}
+
+impl Caches {
+    fn start(kind: Kind) -> Caches {
+        match kind {
+            Kind::Node => Caches::Node(TestServer::start()),
+            Kind::Cluster => Caches::Cluster(RelcacheCluster::start(3)),
+        }
+    }
+}
+
+/// The tier over `caches`, its MySQL databases named for `test` and the kind.
+async fn tier_on(caches: &Caches, db: &MariaDb, test: &str) -> Relations {
+    let (cache, test): (Cache, String) = match caches {
+        Caches::Node(server) => (pool(server).into(), test.to_owned()),
+        Caches::Cluster(cluster) => {
+            let cache = cluster.pool().await;
+            (cache.into(), format!("{test}_cluster"))
+        }
+    };
+    let store = relation_store(db.url(), &test, SHARDS, |_| {}).await;
+    Relations::new(cache, store, patient())
+}
+
+/// The tier's config in these tests: waits for a fill long enough for a slow host.
+fn patient() -> RelationsConfig {
+    RelationsConfig {
+        lease_wait: Duration::from_secs(10),
+        ..RelationsConfig::default()
+    }
+}
+
 async fn tier(server: &TestServer, db: &MariaDb, test: &str) -> Relations {
     tier_with(server, db, test, |_| {}).await
 }
@@ -42,11 +107,7 @@ async fn tier_with(
     configure: impl FnOnce(&mut relcache_relation::StoreConfig),
 ) -> Relations {
     let store = relation_store(db.url(), test, SHARDS, configure).await;
-    let config = RelationsConfig {
-        lease_wait: Duration::from_secs(10),
-        ..RelationsConfig::default()
-    };
-    Relations::new(pool(server), store, config)
+    Relations::new(pool(server), store, patient())
 }
 
 fn following_of(model: &Model, a: u64) -> Vec<u64> {
@@ -94,10 +155,9 @@ fn sorted(mut v: Vec<u64>) -> Vec<u64> {
     v
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_read_api_agrees_with_a_model_while_the_cache_churns() {
-    let server = TestServer::start();
-    let t = tier(&server, mariadb::shared(), "model").await;
+async fn every_read_api_agrees_with_a_model_while_the_cache_churns(kind: Kind) {
+    let caches = Caches::start(kind);
+    let t = tier_on(&caches, mariadb::shared(), "model").await;
     let mut rng = StdRng::seed_from_u64(6);
     let users: Vec<u64> = (1..=24).map(|i| i * 1_000_003).collect();
     let pick = |rng: &mut StdRng| users[rng.gen_range(0..users.len())];
@@ -174,7 +234,9 @@ async fn every_read_api_agrees_with_a_model_while_the_cache_churns() {
                 t.cache().run(Cmd::del(&[t.cache_key(a)])).await.unwrap();
             }
             96 => {
-                t.cache().cmd(&["FLUSHALL"]).await.unwrap();
+                for node in t.cache().nodes() {
+                    node.cmd(&["FLUSHALL"]).await.unwrap();
+                }
             }
             _ => {}
         }
@@ -194,13 +256,13 @@ async fn every_read_api_agrees_with_a_model_while_the_cache_churns() {
     assert!(s.cache_hits.load(std::sync::atomic::Ordering::Relaxed) > 100);
     assert!(s.cache_fills.load(std::sync::atomic::Ordering::Relaxed) > 10);
 }
+on_both!(every_read_api_agrees_with_a_model_while_the_cache_churns);
 
 /// The race leases exist for, played step by step with the real parts: a filler
 /// reads MySQL, then a follow commits (and writes through), then the fill arrives.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fill_that_read_mysql_before_a_write_never_hides_the_write() {
-    let server = TestServer::start();
-    let t = tier(&server, mariadb::shared(), "race").await;
+async fn a_fill_that_read_mysql_before_a_write_never_hides_the_write(kind: Kind) {
+    let caches = Caches::start(kind);
+    let t = tier_on(&caches, mariadb::shared(), "race").await;
     let (a, b, c) = (11, 22, 33);
     t.follow(a, c).await.unwrap();
     let key = t.cache_key(a);
@@ -251,15 +313,15 @@ async fn a_fill_that_read_mysql_before_a_write_never_hides_the_write() {
         assert_eq!(cached, Some(write_follows), "the refill has the write");
     }
 }
+on_both!(a_fill_that_read_mysql_before_a_write_never_hides_the_write);
 
 /// The race sequence numbers exist for, played step by step: a follow commits and
 /// its write-through is held up; an unfollow of the same pair commits and writes
 /// through; then the follow's write-through arrives. Applied as it comes it would
 /// undo the unfollow; it must not.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_write_through_that_arrives_late_never_undoes_a_later_write() {
-    let server = TestServer::start();
-    let t = tier(&server, mariadb::shared(), "reorder").await;
+async fn a_write_through_that_arrives_late_never_undoes_a_later_write(kind: Kind) {
+    let caches = Caches::start(kind);
+    let t = tier_on(&caches, mariadb::shared(), "reorder").await;
     let key = |u| t.cache_key(u);
     for (a, b, c) in [(41, 42, 43), (51, 52, 53)] {
         t.follow(a, c).await.unwrap();
@@ -289,6 +351,7 @@ async fn a_write_through_that_arrives_late_never_undoes_a_later_write() {
         assert!(!t.is_following(a, b).await.unwrap());
     }
 }
+on_both!(a_write_through_that_arrives_late_never_undoes_a_later_write);
 
 /// A follow whose COMMIT was sent but never answered may or may not stand, and may
 /// land any time. The cached set must not pretend to know — nor be refilled, while
@@ -676,10 +739,9 @@ fn fill_until_refused(con: &mut redis::Connection, size: usize, n: &mut usize) -
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_reads_writes_and_evictions_leave_the_cache_equal_to_mysql() {
-    let server = TestServer::start();
-    let t = Arc::new(tier(&server, mariadb::shared(), "churn").await);
+async fn concurrent_reads_writes_and_evictions_leave_the_cache_equal_to_mysql(kind: Kind) {
+    let caches = Caches::start(kind);
+    let t = Arc::new(tier_on(&caches, mariadb::shared(), "churn").await);
     let users: Vec<u64> = (100..110).collect();
     let mut tasks = Vec::new();
     for seed in 0..8 {
@@ -720,11 +782,11 @@ async fn concurrent_reads_writes_and_evictions_leave_the_cache_equal_to_mysql() 
     }
     assert!(cached_users > 0, "the run ended with something cached");
 }
+on_both!(concurrent_reads_writes_and_evictions_leave_the_cache_equal_to_mysql);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hundred_concurrent_misses_on_one_cold_user_cost_one_mysql_read() {
-    let server = TestServer::start();
-    let t = Arc::new(tier(&server, mariadb::shared(), "herd").await);
+async fn a_hundred_concurrent_misses_on_one_cold_user_cost_one_mysql_read(kind: Kind) {
+    let caches = Caches::start(kind);
+    let t = Arc::new(tier_on(&caches, mariadb::shared(), "herd").await);
     let celebrity_fan = 7;
     for b in 1000..1300 {
         t.store().follow(celebrity_fan, b).await.unwrap();
@@ -752,11 +814,11 @@ async fn a_hundred_concurrent_misses_on_one_cold_user_cost_one_mysql_read() {
     assert_eq!(s.cache_fills.load(std::sync::atomic::Ordering::Relaxed), 1);
     assert_eq!(s.busy_reads.load(std::sync::atomic::Ordering::Relaxed), 0);
 }
+on_both!(a_hundred_concurrent_misses_on_one_cold_user_cost_one_mysql_read);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_user_who_follows_nobody_is_cached_as_an_empty_set() {
-    let server = TestServer::start();
-    let t = tier(&server, mariadb::shared(), "empty").await;
+async fn a_user_who_follows_nobody_is_cached_as_an_empty_set(kind: Kind) {
+    let caches = Caches::start(kind);
+    let t = tier_on(&caches, mariadb::shared(), "empty").await;
     let before = t.store().queries();
     assert!(!t.is_following(4242, 1).await.unwrap());
     assert!(!t.is_following(4242, 2).await.unwrap());
@@ -774,6 +836,7 @@ async fn a_user_who_follows_nobody_is_cached_as_an_empty_set() {
         Some(0)
     );
 }
+on_both!(a_user_who_follows_nobody_is_cached_as_an_empty_set);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_cache_down_reads_and_writes_go_to_mysql() {

@@ -25,7 +25,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use crate::{Client, Error, Frame, Pool};
 
 /// Turns a reply (never an error reply: those become [`Error::Server`] first).
-type Parser<T> = Box<dyn FnOnce(Frame) -> Result<T, Error> + Send>;
+pub(crate) type Parser<T> = Box<dyn FnOnce(Frame) -> Result<T, Error> + Send>;
 
 /// A command and how to read its reply as a `T`.
 ///
@@ -131,7 +131,16 @@ impl<T> Cmd<T> {
     }
 }
 
-fn finish<T>(parse: Parser<T>, reply: Frame) -> Result<T, Error> {
+impl<T> Cmd<T> {
+    /// The arguments, the parser and the declared wait, apart: a router that may
+    /// send the arguments more than once (a cluster redirect) parses only the last
+    /// reply.
+    pub(crate) fn into_parts(self) -> (Vec<Bytes>, Parser<T>, Duration) {
+        (self.args, self.parse, self.blocks_for)
+    }
+}
+
+pub(crate) fn finish<T>(parse: Parser<T>, reply: Frame) -> Result<T, Error> {
     match reply {
         Frame::Error(text) => Err(Error::Server(String::from_utf8_lossy(&text).into_owned())),
         reply => parse(reply),

@@ -48,6 +48,17 @@ pub enum Error {
     /// stays usable.
     #[error("unexpected reply: {0}")]
     UnexpectedReply(String),
+    /// A [`ClusterPool`](crate::ClusterPool) call was redirected (`-MOVED`, `-ASK`)
+    /// or told to try again (`-TRYAGAIN`) more times than its `max_redirects`: the
+    /// cluster's slots keep moving, or two nodes each say the other owns the slot.
+    /// The command did not run.
+    #[error("gave up after too many cluster redirects; the last: {0}")]
+    TooManyRedirects(String),
+    /// No node of the cluster serves this hash slot, even after the slot map was
+    /// read again: the cluster is missing slots (`cluster_state:fail`). Nothing was
+    /// sent.
+    #[error("no cluster node serves slot {0}")]
+    SlotUnserved(u16),
 }
 
 impl Error {
@@ -75,6 +86,14 @@ impl Error {
     /// a free pooled connection ([`Error::PoolBusy`]).
     pub fn is_timeout(&self) -> bool {
         matches!(self, Error::Timeout | Error::PoolBusy)
+    }
+
+    /// Whether the server said another node serves the key's slot: `-MOVED` (for
+    /// good) or `-ASK` (for this key, while the slot migrates). The command did not
+    /// run. A [`ClusterPool`](crate::ClusterPool) follows these by itself; a caller
+    /// that pins a command to one node (a lease-bound fill) sees them.
+    pub fn is_redirect(&self) -> bool {
+        matches!(self.code(), Some("MOVED" | "ASK"))
     }
 
     /// Whether the reply had a shape the typed command did not expect.
@@ -123,6 +142,10 @@ mod tests {
         assert!(Error::PoolBusy.is_timeout() && !Error::PoolBusy.is_connection_lost());
         let odd = Error::UnexpectedReply("integer -1 to IDSET.CARD".into());
         assert!(odd.is_unexpected_reply() && !odd.is_connection_lost());
+        assert!(Error::Server("MOVED 3999 127.0.0.1:6381".into()).is_redirect());
+        assert!(Error::Server("ASK 3999 127.0.0.1:6381".into()).is_redirect());
+        assert!(!Error::Server("TRYAGAIN Multiple keys".into()).is_redirect());
+        assert!(!Error::Closed.is_redirect());
         assert_eq!(
             odd.to_string(),
             "unexpected reply: integer -1 to IDSET.CARD"

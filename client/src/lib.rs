@@ -19,7 +19,10 @@
 //!   invalidations (`CLIENT TRACKING … REDIRECT`) and a pool whose connections
 //!   send theirs to it, for a caller that caches what it reads.
 //!
-//! There is no cluster routing, no retry and no general pub/sub: RESP3 push frames
+//! - [`ClusterPool`] routes commands over a Redis Cluster by hash slot, one
+//!   [`Pool`] per node, following `-MOVED` and `-ASK`.
+//!
+//! There is no retry (but for cluster redirects) and no general pub/sub: RESP3 push frames
 //! (`>`) are out-of-band data and are dropped (a `tracking-redir-broken` push is
 //! noted: [`Client::tracking_redirect_broken`]).
 //!
@@ -44,6 +47,7 @@
 //! connection out of step with the server: every later call fails with
 //! [`Error::Closed`], and the caller connects again.
 
+mod cluster;
 mod commands;
 mod error;
 mod pool;
@@ -58,6 +62,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::{TcpStream, ToSocketAddrs};
 use tokio_util::io::poll_read_buf;
 
+pub use cluster::{ClusterConfig, ClusterPool};
 pub use commands::{build_table, Cmd, LeaseOpts, Leased, LoadOpts};
 pub use error::Error;
 pub use pool::{Pool, PoolConfig, PoolStatus, PooledConn};

@@ -441,6 +441,11 @@ impl PooledConn {
             .map_err(|_| Error::Timeout)?
     }
 
+    /// The address of the server this connection reaches (its pool's `addr`).
+    pub fn addr(&self) -> &str {
+        &self.pool.config.addr
+    }
+
     /// Closes the connection instead of returning it: for one whose session state
     /// was changed (HELLO, CLIENT SETNAME, a MULTI left open …) in ways the next
     /// user should not inherit.

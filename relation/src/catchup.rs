@@ -25,7 +25,9 @@
 
 use std::time::{Duration, Instant};
 
-use relcache_client::{Cmd, Error as CacheError, Pool};
+use relcache_client::{Cmd, Error as CacheError};
+
+use super::cache::Cache;
 
 use super::service::user_key;
 use super::store::{Store, StoreError, Table};
@@ -76,7 +78,7 @@ pub enum CatchUpError {
 /// The first MySQL or cache failure.
 pub async fn catch_up(
     store: &Store,
-    cache: &Pool,
+    cache: &Cache,
     key_prefix: &str,
     since: u64,
     config: CatchUpConfig,
@@ -112,7 +114,10 @@ pub async fn catch_up(
                 .await?;
             let cmds = rows
                 .iter()
-                .map(|(seq, user, friend, op)| write_through(key_prefix, *seq, *user, *friend, op))
+                .map(|(seq, user, friend, op)| {
+                    let key = user_key(key_prefix, cache.is_cluster(), *user);
+                    write_through(key, *seq, *friend, op)
+                })
                 .collect();
             for reply in cache.run_pipeline(cmds).await? {
                 match reply? {
@@ -145,8 +150,7 @@ pub fn loaded_snapshot_ms(info_persistence: &[(String, String)]) -> Option<u64> 
 }
 
 /// The write-through a logged change was sent as (see `Relations::follow`).
-fn write_through(prefix: &str, seq: u64, user: u64, friend: u64, op: &str) -> Cmd<Option<u64>> {
-    let key = user_key(prefix, user);
+fn write_through(key: bytes::Bytes, seq: u64, friend: u64, op: &str) -> Cmd<Option<u64>> {
     if op == "U" {
         Cmd::idset_rem_seq(key, seq, &[friend])
     } else {

@@ -24,6 +24,10 @@
 //!   no `DEL` is sent for it until the service has seen the write's locks released
 //!   in MySQL (the change landed or rolled back) and unpins it.
 //!
+//! Over a cluster the service keeps one guard per node for health (a node that is
+//! down is skipped, the others asked as usual) and this list on one guard of its
+//! own: a user is suspect wherever their set lives (see `service::cache`).
+//!
 //! The suspect list lives in this process: another service process may read a
 //! stale set until the `DEL` lands, and if this process dies first the set's TTL is
 //! what bounds it. The list is bounded (`max_suspects`); a lost change past the

@@ -19,6 +19,7 @@
 //!
 //! Only `service` and `catchup` talk to the cache; the rest is MySQL alone.
 
+mod cache;
 pub mod catchup;
 mod guard;
 pub mod repair;
@@ -27,6 +28,7 @@ pub mod service;
 pub mod shards;
 pub mod store;
 
+pub use cache::Cache;
 pub use shards::{ShardMap, ShardMapError};
 #[cfg(feature = "fault-injection")]
 pub use store::Fault;

@@ -202,9 +202,10 @@ async fn main() -> anyhow::Result<()> {
                 },
             };
             let config = CatchUpConfig { batch: cli.batch };
-            let report = catchup::catch_up(&store, &cache, &key_prefix, from, config)
-                .await
-                .context("catch-up failed (run it again: replaying is idempotent)")?;
+            let report =
+                catchup::catch_up(&store, &cache.clone().into(), &key_prefix, from, config)
+                    .await
+                    .context("catch-up failed (run it again: replaying is idempotent)")?;
             println!(
                 "catch-up: {} changes replayed, {} applied, {} to sets not cached or dropped, in {:?}",
                 report.changes, report.applied, report.not_applied, report.elapsed

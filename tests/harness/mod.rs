@@ -5,6 +5,7 @@
 //! from its log line, so tests never race for fixed ports; readiness is polled with
 //! PING, never waited for with a sleep. The process is killed when the guard drops.
 #![allow(dead_code)]
+pub mod cluster;
 pub mod fenced;
 pub mod mariadb;
 pub mod proxy;

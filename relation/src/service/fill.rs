@@ -5,12 +5,18 @@
 //! on the connection that won the lease. A lease is held until the cache has
 //! answered that load: if MySQL fails, the cache refuses the load or never answers
 //! it, or the caller gives up first, the lease is given back at once.
+//!
+//! On a cluster a lease is its node's: the fill goes to that node or nowhere. A
+//! fill answered with a redirect (the slot moved since the grant) is abandoned,
+//! never sent on; the module docs of `service` say why.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::cache::NodeConn;
 use super::{FilledSet, RelationError, Relations};
 use relcache_client::{build_table, Cmd, LeaseOpts, Leased, LoadOpts, Pool, PooledConn};
 
@@ -22,6 +28,7 @@ use relcache_client::{build_table, Cmd, LeaseOpts, Leased, LoadOpts, Pool, Poole
 /// they lapse. (Releasing a lease whose fill did land is harmless: the token no
 /// longer matches, and the server answers 0.)
 struct HeldLeases {
+    /// The pool of the node that granted the leases: only it knows the tokens.
     cache: Pool,
     /// Keys and tokens not settled yet.
     leases: Vec<(Bytes, u64)>,
@@ -85,13 +92,13 @@ impl Relations {
     /// TTL.
     pub(super) async fn fill(
         &self,
-        conn: &mut PooledConn,
+        conn: &mut NodeConn,
         user: u64,
         token: u64,
     ) -> Result<FilledSet, RelationError> {
         let key = self.cache_key(user);
         let mut held = HeldLeases {
-            cache: self.cache.clone(),
+            cache: conn.pool.clone(),
             leases: vec![(key.clone(), token)],
         };
         let snapshot = match self.store.following_snapshot(user).await {
@@ -120,7 +127,15 @@ impl Relations {
                 };
                 counter.fetch_add(1, Relaxed);
             }
-            Err(_) => held.release(self, conn).await,
+            Err(e) => {
+                if e.is_redirect() {
+                    // The slot left this node since the grant: abandoned, not sent
+                    // on (see the module docs). The release below is refused or
+                    // lands; either way this node's lease is over.
+                    self.stats.fills_redirected.fetch_add(1, Relaxed);
+                }
+                held.release(self, conn).await
+            }
         }
         Ok(FilledSet { ids, table })
     }
@@ -129,8 +144,31 @@ impl Relations {
     /// granted read in one MySQL query per shard and stored in one pipeline. Returns
     /// the sets read, and the users someone else holds a lease for or filled
     /// meanwhile (ask the cache again).
+    ///
+    /// On a cluster, the users are grouped by node and each node's are filled as
+    /// above, the nodes in parallel.
     pub(super) async fn fill_many(
         &self,
+        users: &[u64],
+    ) -> Result<(HashMap<u64, Vec<u64>>, Vec<u64>), RelationError> {
+        let fills = self
+            .by_node(users)
+            .into_iter()
+            .map(|(node, pool, users)| async move { self.fill_on_node(node, pool, &users).await });
+        let (mut sets, mut later) = (HashMap::new(), Vec::new());
+        for filled in futures_util::future::join_all(fills).await {
+            let (s, mut l) = filled?;
+            sets.extend(s);
+            later.append(&mut l);
+        }
+        Ok((sets, later))
+    }
+
+    /// [`fill_many`](Self::fill_many) for users whose sets are on one node.
+    async fn fill_on_node(
+        &self,
+        node: Arc<str>,
+        pool: Pool,
         users: &[u64],
     ) -> Result<(HashMap<u64, Vec<u64>>, Vec<u64>), RelationError> {
         let opts = LeaseOpts {
@@ -138,7 +176,7 @@ impl Relations {
             wait: None,
         };
         // One connection for the leases and the fills (see [`PooledConn::run`]).
-        let leases = match self.cache_conn().await {
+        let leases = match self.try_node_conn(node, pool).await.ok() {
             Some(mut conn) => {
                 let leases = users
                     .iter()
@@ -163,7 +201,7 @@ impl Relations {
         }
         let ids: Vec<u64> = granted.iter().map(|&(u, _)| u).collect();
         let mut held = HeldLeases {
-            cache: self.cache.clone(),
+            cache: conn.pool.clone(),
             leases: granted
                 .iter()
                 .map(|&(u, token)| (self.cache_key(u), token))
@@ -190,8 +228,9 @@ impl Relations {
             .collect();
         if let Ok(results) = self.call_pipeline(&mut conn, fills).await {
             for (&(u, _), r) in granted.iter().zip(results) {
-                let counter = match r {
+                let counter = match &r {
                     Ok(true) => &self.stats.cache_fills,
+                    Err(e) if e.is_redirect() => &self.stats.fills_redirected,
                     _ => &self.stats.fills_refused,
                 };
                 counter.fetch_add(1, Relaxed);

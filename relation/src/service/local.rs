@@ -355,7 +355,7 @@ impl Relations {
         let ticket = local.begin(user);
         let session = local.tracker.session()?;
         let mut conn = session.pool().get().await.ok()?;
-        let limit = self.cache.config().command_timeout;
+        let limit = self.cache.pool_config().command_timeout;
         let run_id = tokio::time::timeout(limit, conn.server_run_id())
             .await
             .ok()?
@@ -366,7 +366,8 @@ impl Relations {
             local.tracker.end_session(&session);
             return None;
         }
-        if self.restarts.standing(&run_id) != Standing::Trusted {
+        let (node, _) = self.cache.node_for(&self.cache_key(user));
+        if self.restarts.standing(&node, &run_id) != Standing::Trusted {
             // Not caught up yet (or not met): the ordinary path deals with it.
             return None;
         }

@@ -39,6 +39,51 @@
 //! Optionally ([`RelationsConfig::local_cache`]), hot users' whole tables are also
 //! kept in process, answered from without a cache request, and dropped when the
 //! cache server's key tracking says they changed (see `local`).
+//!
+//! # On a cluster
+//!
+//! Given a [`Cache::Cluster`], each user's set lives on the node that serves its
+//! key's slot, and everything above holds per node: reads and fills go to the
+//! node that holds the set, a restarted node is caught up (and read from MySQL
+//! meanwhile) on its own while the others are read as usual, and questions about
+//! many users (`followers_among`) are split by node, asked in parallel — one
+//! `IDSET.WHICH` per slot, pipelined per node — and merged in the caller's order.
+//! Keys there are `<prefix>{<id>}`: the hash tag puts every key of one user in one
+//! slot (today there is one, the following set; a followers set or counter added
+//! later as `followers:{<id>}` lands beside it). One node keeps `<prefix><id>`: a
+//! tag changes nothing there but the key's name, and renaming every key would make
+//! a rolling upgrade write through to names the old readers never read.
+//!
+//! A slot can move while a call is on its way, so redirects (`-MOVED`, `-ASK`)
+//! are handled by what each command guarantees:
+//!
+//! - **A read** (taking a lease on a miss) is sent where the slot map says; after
+//!   a `-MOVED` it is asked again of the new node (it did not run). A lease is
+//!   granted by the node that answered, and is that node's alone. After an
+//!   `-ASK` (the slot is migrating) the read is answered from MySQL: following it
+//!   would put the lease, and so the fill, on the importing node, reachable only
+//!   with `ASKING` before each command.
+//! - **A fill goes only to the node, and connection, that granted its lease.** If it
+//!   is answered with a redirect, the slot moved (or is moving) since the grant,
+//!   and the fill is abandoned: the caller answers from what it read, and the next
+//!   read takes a new lease on the slot's new node and fills there. It is never
+//!   sent on with its token: the token means nothing to another node (the same
+//!   number may be someone else's lease there), and the writes that would have
+//!   revoked it went to the new node. Nor is it stored under a lease taken anew:
+//!   its MySQL read predates that lease, so a write committed in between would be
+//!   lost. One gap is left, server side: a node should revoke the leases of a
+//!   slot when it starts migrating away (`CLUSTER SETSLOT … MIGRATING`), and does
+//!   not yet. Without that, a write sent on by `-ASK` to the importing node during
+//!   a migration that is then aborted (`SETSLOT … STABLE`) misses the lease on
+//!   the source, whose fill may then store a set without that write (until the
+//!   set's TTL, or the next write's sequence check drops it).
+//! - **A write-through is sent again where the redirect points.** A redirected
+//!   command did not run, and `IDSET.ADD key XX SEQ n` / `IDSET.REM key SEQ n` are
+//!   safe to send anywhere, any number of times: each changes only a set that is
+//!   there, only if `n` is newer than the set's own number, so it cannot create a
+//!   partial set, cannot apply twice, and is ignored by a set that migrated with the
+//!   change already in it (a key moves whole, with its number). A write-through
+//!   that still finds no node is lost as usual: the user is suspect.
 
 mod cache;
 mod fill;
@@ -56,13 +101,15 @@ use relcache_protocol::idset::TableRef;
 
 use super::guard::Guard;
 use super::store::{Cursor, FollowOutcome, Page, Relation, Store, StoreError, UnfollowOutcome};
+use crate::cache::Cache;
 use cache::NoConn;
-use relcache_client::{Cmd, Error as CacheError, Frame, LeaseOpts, Leased, Pool, PooledConn};
+use relcache_client::{Cmd, Error as CacheError, Frame, LeaseOpts, Leased, PooledConn};
 
 /// How the service uses the cache.
 #[derive(Clone, Debug)]
 pub struct RelationsConfig {
-    /// Cache key of a user's following set: this prefix, then the decimal id.
+    /// Cache key of a user's following set: this prefix, then the decimal id (in
+    /// braces on a cluster: see the module docs).
     pub key_prefix: String,
     /// Cached sets expire after this long, so a set whose write-through was lost
     /// (the cache unreachable just after a MySQL commit) is stale for at most this.
@@ -126,6 +173,9 @@ pub struct TierStats {
     pub cache_fills: AtomicU64,
     /// Fills the cache refused because a write revoked their lease meanwhile.
     pub fills_refused: AtomicU64,
+    /// Fills abandoned because their node no longer served the set's slot (a
+    /// `-MOVED` or `-ASK` answer); see the module docs on clusters.
+    pub fills_redirected: AtomicU64,
     /// Reads answered from MySQL without filling: someone else held the lease
     /// for longer than `lease_wait`.
     pub busy_reads: AtomicU64,
@@ -168,14 +218,19 @@ pub struct TierStats {
     pub local_flushes: AtomicU64,
 }
 
-/// The relation service over one cache node and the sharded MySQL store.
+/// The relation service over one cache node or a cluster, and the sharded MySQL
+/// store.
 #[derive(Debug)]
 pub struct Relations {
-    cache: Pool,
+    cache: Cache,
     store: Store,
     config: RelationsConfig,
-    /// Shared with the tasks that wait out writes in doubt.
+    /// Shared with the tasks that wait out writes in doubt. On a cluster it keeps
+    /// the suspect sets only; each node's health is in `health`.
     guard: Arc<Guard>,
+    /// On a cluster, each node's health (see `Relations::health`); empty on one
+    /// node.
+    health: std::sync::Mutex<std::collections::HashMap<Arc<str>, Arc<Guard>>>,
     /// Which cache process's sets may be read (see `restart`).
     restarts: Arc<restart::Restarts>,
     stats: Arc<TierStats>,
@@ -256,10 +311,17 @@ impl Drop for PendingWrite<'_> {
     }
 }
 
-/// The cache key of `user`'s following set: `prefix`, then the decimal id.
-pub(crate) fn user_key(prefix: &str, user: u64) -> Bytes {
+/// The cache key of `user`'s following set: `prefix`, then the decimal id, in
+/// braces if `tagged` (on a cluster: see the module docs).
+pub(crate) fn user_key(prefix: &str, tagged: bool, user: u64) -> Bytes {
     let mut key = prefix.as_bytes().to_vec();
+    if tagged {
+        key.push(b'{');
+    }
     key.extend_from_slice(itoa::Buffer::new().format(user).as_bytes());
+    if tagged {
+        key.push(b'}');
+    }
     key.into()
 }
 
@@ -274,22 +336,33 @@ impl Relations {
     /// # Panics
     ///
     /// With [`RelationsConfig::local_cache`] set, outside a tokio runtime (its
-    /// invalidation listener is a task).
-    pub fn new(cache: Pool, store: Store, config: RelationsConfig) -> Relations {
+    /// invalidation listener is a task). On a cluster the in-process cache is not
+    /// kept (its invalidations come from one node), and the setting is ignored.
+    pub fn new(cache: impl Into<Cache>, store: Store, config: RelationsConfig) -> Relations {
+        let cache = cache.into();
         let guard = Arc::new(Guard::new(
             config.cache_failure_limit,
             config.cache_retry_interval,
             config.max_suspects,
         ));
         let stats: Arc<TierStats> = Arc::default();
-        let local = config.local_cache.as_ref().map(|local| {
-            local::LocalCache::start(local, cache.config(), &config.key_prefix, stats.clone())
-        });
+        let local = match &cache {
+            Cache::Node(pool) => config.local_cache.as_ref().map(|local| {
+                local::LocalCache::start(local, pool.config(), &config.key_prefix, stats.clone())
+            }),
+            Cache::Cluster(_) => {
+                if config.local_cache.is_some() {
+                    tracing::warn!("no in-process cache over a cluster; local_cache ignored");
+                }
+                None
+            }
+        };
         Relations {
             cache,
             store,
             config,
             guard,
+            health: Default::default(),
             restarts: Arc::default(),
             stats,
             local,
@@ -316,7 +389,7 @@ impl Relations {
         &self.store
     }
 
-    pub fn cache(&self) -> &Pool {
+    pub fn cache(&self) -> &Cache {
         &self.cache
     }
 
@@ -325,8 +398,10 @@ impl Relations {
     }
 
     /// Whether the cache is taken for down (calls skip it until a probe succeeds).
+    /// On a cluster: whether any node is.
     pub fn cache_down(&self) -> bool {
-        self.guard.is_down()
+        let health = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        self.guard.is_down() || health.values().any(|g| g.is_down())
     }
 
     /// Users whose cached set is not trusted until it has been deleted.
@@ -336,7 +411,7 @@ impl Relations {
 
     /// The cache key holding `user`'s following set.
     pub fn cache_key(&self, user: u64) -> Bytes {
-        user_key(&self.config.key_prefix, user)
+        user_key(&self.config.key_prefix, self.cache.is_cluster(), user)
     }
 
     // Writes.
@@ -356,7 +431,7 @@ impl Relations {
     /// hidden.
     pub async fn follow(&self, a: u64, b: u64) -> Result<FollowOutcome, RelationError> {
         let key = self.cache_key(a);
-        let add = move |seq| Cmd::idset_add_xx_seq(key, seq, &[b]).map(drop);
+        let add = move |seq| Cmd::idset_add_xx_seq(key.clone(), seq, &[b]).map(drop);
         self.write(a, b, self.store.follow(a, b), add).await
     }
 
@@ -367,7 +442,7 @@ impl Relations {
     /// As [`follow`](Self::follow).
     pub async fn unfollow(&self, a: u64, b: u64) -> Result<UnfollowOutcome, RelationError> {
         let key = self.cache_key(a);
-        let rem = move |seq| Cmd::idset_rem_seq(key, seq, &[b]).map(drop);
+        let rem = move |seq| Cmd::idset_rem_seq(key.clone(), seq, &[b]).map(drop);
         self.write(a, b, self.store.unfollow(a, b), rem).await
     }
 
@@ -378,7 +453,7 @@ impl Relations {
         user: u64,
         friend: u64,
         commit: impl std::future::Future<Output = Result<O, StoreError>>,
-        through: impl FnOnce(u64) -> Cmd<()>,
+        through: impl Fn(u64) -> Cmd<()>,
     ) -> Result<O, RelationError> {
         let pending = PendingWrite {
             relations: self,
@@ -397,7 +472,7 @@ impl Relations {
             }
         };
         if let Some(seq) = outcome.seq() {
-            self.write_through(user, through(seq)).await;
+            self.write_through(user, || through(seq)).await;
             // After the write-through is answered (or lost), not before: a fetch
             // that raced it may hold the old set, and is refused now, while the
             // next fetch reads what the write-through left.
@@ -459,17 +534,30 @@ impl Relations {
     /// A busy pool is waited out for up to `lease_wait`: callers parked on a lease
     /// hold connections for at most that long, and a write-through lost to them
     /// would cost the user's set a trip through the suspect list.
-    async fn write_through(&self, user: u64, cmd: Cmd<()>) {
+    ///
+    /// On a cluster, a write-through answered with a redirect is sent again where
+    /// the slot is now (see the module docs: it is conditional and sequenced, so
+    /// safe anywhere).
+    async fn write_through(&self, user: u64, cmd: impl Fn() -> Cmd<()>) {
         let patience = Instant::now() + self.config.lease_wait;
         let conn = loop {
-            match self.try_cache_conn().await {
+            match self.try_cache_conn(user).await {
                 Ok(conn) => break Some(conn),
                 Err(NoConn::Busy) if Instant::now() < patience => continue,
                 Err(_) => break None,
             }
         };
         let applied = match conn {
-            Some(mut conn) => self.call(&mut conn, cmd).await.is_ok(),
+            Some(mut conn) => match self.call(&mut conn, cmd()).await {
+                Ok(()) => true,
+                Err(e) if e.is_redirect() => {
+                    drop(conn);
+                    let sent_on = self.cache.run(cmd()).await;
+                    self.report(None, sent_on.as_ref().err());
+                    sent_on.is_ok()
+                }
+                Err(_) => false,
+            },
             None => false,
         };
         if !applied {
@@ -638,6 +726,10 @@ impl Relations {
                     self.stats.busy_reads.fetch_add(1, Relaxed);
                     break;
                 }
+                // The slot moved (`-MOVED`: the map is fixed by now) and the read
+                // did not run: ask the new node. A slot still migrating (`-ASK`)
+                // keeps answering so, and the read ends at MySQL.
+                Err(e) if e.is_redirect() => {}
                 Err(_) => break,
             }
         }
@@ -698,7 +790,11 @@ impl Relations {
     }
 
     /// `SINTER` of both users' sets in the cache, if both are there and trusted.
+    /// Not on a cluster, where two users' sets are in two slots.
     async fn cached_intersection(&self, a: u64, b: u64) -> Option<Vec<u64>> {
+        if self.cache.is_cluster() {
+            return None;
+        }
         let mut conn = self.conn_for(a).await?;
         if self.guard.is_suspect(b) {
             self.stats.cache_bypassed.fetch_add(1, Relaxed);
@@ -755,18 +851,17 @@ impl Relations {
             .cache_bypassed
             .fetch_add(unasked.len() as u64, Relaxed);
         // Round 1 asks the cache about everyone; round 2 about those whose sets
-        // someone else filled meanwhile. What is left is read from MySQL.
+        // someone else filled meanwhile. What is left, and whoever's node could not
+        // be asked, is read from MySQL.
         for _ in 0..2 {
-            let Some(mut conn) = self.read_conn().await else {
+            if pending.is_empty() {
                 break;
-            };
-            let keys: Vec<Bytes> = pending.iter().map(|&u| self.cache_key(u)).collect();
-            let Ok(answers) = self.call(&mut conn, Cmd::idset_which(x, &keys)).await else {
-                break;
-            };
-            drop(conn);
+            }
+            let (answers, mut unreached) = self.which_cached(x, &pending).await;
+            unasked.append(&mut unreached);
+            let asked = answers.len();
             let mut missing = Vec::new();
-            for (&u, answer) in pending.iter().zip(answers) {
+            for (u, answer) in answers {
                 match answer {
                     Some(true) => found.push(u),
                     Some(false) => {}
@@ -775,7 +870,7 @@ impl Relations {
             }
             self.stats
                 .cache_hits
-                .fetch_add((pending.len() - missing.len()) as u64, Relaxed);
+                .fetch_add((asked - missing.len()) as u64, Relaxed);
             if missing.is_empty() {
                 pending.clear();
                 break;
@@ -797,6 +892,105 @@ impl Relations {
         found.sort_unstable();
         found.dedup();
         Ok(found)
+    }
+
+    /// `IDSET.WHICH x` over `users`' cached sets, split by node and asked of the
+    /// nodes in parallel (one command per slot on a cluster, pipelined per node).
+    /// Answers each user asked (`None`: not cached), and the users whose node could
+    /// not be asked: down, failing, being caught up, or no longer serving the slot.
+    async fn which_cached(&self, x: u64, users: &[u64]) -> (Vec<(u64, Option<bool>)>, Vec<u64>) {
+        let asks = self
+            .by_node(users)
+            .into_iter()
+            .map(|(node, pool, users)| async move {
+                let answers = self.which_on_node(x, node, pool, &users).await;
+                (users, answers)
+            });
+        let (mut answered, mut unreached) = (Vec::new(), Vec::new());
+        for (users, answers) in futures_util::future::join_all(asks).await {
+            for (u, answer) in users.into_iter().zip(answers) {
+                match answer {
+                    Some(answer) => answered.push((u, answer)),
+                    None => unreached.push(u),
+                }
+            }
+        }
+        (answered, unreached)
+    }
+
+    /// [`which_cached`](Self::which_cached) on one node: for each of `users`, the
+    /// answer, or `None` if it could not be had there.
+    async fn which_on_node(
+        &self,
+        x: u64,
+        node: Arc<str>,
+        pool: relcache_client::Pool,
+        users: &[u64],
+    ) -> Vec<Option<Option<bool>>> {
+        let mut answers = vec![None; users.len()];
+        let Ok(conn) = self.try_node_conn(node, pool).await else {
+            return answers;
+        };
+        let Some(mut conn) = self.admitted(conn).await else {
+            return answers;
+        };
+        let keys: Vec<Bytes> = users.iter().map(|&u| self.cache_key(u)).collect();
+        // A command's keys must share a slot on a cluster; one node takes them all.
+        let groups: Vec<Vec<usize>> = if self.cache.is_cluster() {
+            let mut by_slot: Vec<(u16, Vec<usize>)> = Vec::new();
+            for (i, key) in keys.iter().enumerate() {
+                let slot = relcache_protocol::slot::key_slot(key);
+                match by_slot.iter_mut().find(|(s, _)| *s == slot) {
+                    Some((_, ids)) => ids.push(i),
+                    None => by_slot.push((slot, vec![i])),
+                }
+            }
+            by_slot.into_iter().map(|(_, ids)| ids).collect()
+        } else {
+            vec![(0..keys.len()).collect()]
+        };
+        let cmds = groups
+            .iter()
+            .map(|ids| {
+                let keys: Vec<&Bytes> = ids.iter().map(|&i| &keys[i]).collect();
+                Cmd::idset_which(x, &keys)
+            })
+            .collect();
+        let Ok(replies) = self.call_pipeline(&mut conn, cmds).await else {
+            return answers;
+        };
+        for (ids, reply) in groups.iter().zip(replies) {
+            match reply {
+                Ok(found) if found.len() == ids.len() => {
+                    for (&i, answer) in ids.iter().zip(found) {
+                        answers[i] = Some(answer);
+                    }
+                }
+                // Not one answer per key: those users are read from MySQL.
+                Ok(_) => {}
+                // A slot that moved away (the map is fixed for next time), or an
+                // error reply: those users are read from MySQL.
+                Err(e) => self.report(Some(conn.addr()), Some(&e)),
+            }
+        }
+        answers
+    }
+
+    /// `users` grouped by the node believed to hold their sets, in first-seen
+    /// order (one group on a single node).
+    pub(super) fn by_node(
+        &self,
+        users: &[u64],
+    ) -> Vec<(Arc<str>, relcache_client::Pool, Vec<u64>)> {
+        let mut groups: Vec<(Arc<str>, relcache_client::Pool, Vec<u64>)> = Vec::new();
+        for &u in users {
+            let (node, pool) = self.cache.node_for(&self.cache_key(u));
+            match groups.iter_mut().find(|(n, ..)| *n == node) {
+                Some((.., us)) => us.push(u),
+                None => groups.push((node, pool, vec![u])),
+            }
+        }
+        groups
     }
 
     // Lists.

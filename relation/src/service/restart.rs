@@ -1,5 +1,12 @@
 //! Meeting a restarted cache: its sets are read only once it has been caught up.
 //!
+//! On a cluster all of this is per node: each node's process is met, trusted and
+//! caught up on its own (a restarted node is read from MySQL while the others are
+//! read as usual), and each node keeps its own marker, under a key whose slot it
+//! serves. The replay itself is sent through the cluster's routing, so it reaches
+//! every node's sets, not only the restarted one's: wasted work on the others,
+//! never wrong (see [`catchup`](crate::catchup)).
+//!
 //! Each cache connection reports the run id of the process it reaches
 //! ([`server_run_id`](relcache_client::Client::server_run_id)); no connection
 //! outlives a restart, so the first read on a new process sees a new run id. The
@@ -28,15 +35,18 @@
 //! A catch-up that fails (MySQL or the cache unreachable) is tried again by the next
 //! read; until one succeeds, the cache is written to but never read.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
 use std::time::Duration;
 
-use relcache_client::{Cmd, Error as CacheError, Pool, PooledConn};
+use bytes::Bytes;
+use relcache_client::{Cmd, Error as CacheError};
 
+use super::cache::NodeConn;
 use super::{Relations, TierStats, CLEAR_BATCH};
+use crate::cache::Cache;
 use crate::catchup::{catch_up, loaded_snapshot_ms, CatchUpConfig, CatchUpError};
 use crate::store::{now_micros, Store};
 
@@ -53,10 +63,13 @@ pub(super) struct Restarts {
 /// restarted from is old.
 const MENDED_FOR: Duration = Duration::from_secs(24 * 3600);
 
+/// Per node (by address): the run id of the process trusted, and of the one being
+/// caught up. Keyed by node so that the nodes of a cluster do not take turns
+/// displacing each other's standing.
 #[derive(Debug, Default)]
 struct State {
-    trusted: Option<Arc<str>>,
-    catching_up: Option<Arc<str>>,
+    trusted: HashMap<Arc<str>, Arc<str>>,
+    catching_up: HashMap<Arc<str>, Arc<str>>,
 }
 
 /// What a service knows of a cache process.
@@ -83,32 +96,33 @@ impl Restarts {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(super) fn standing(&self, run_id: &str) -> Standing {
+    pub(super) fn standing(&self, node: &str, run_id: &str) -> Standing {
         let state = self.state();
-        if state.trusted.as_deref() == Some(run_id) {
+        if state.trusted.get(node).map(|id| &**id) == Some(run_id) {
             Standing::Trusted
-        } else if state.catching_up.as_deref() == Some(run_id) {
+        } else if state.catching_up.get(node).map(|id| &**id) == Some(run_id) {
             Standing::CatchingUp
         } else {
             Standing::Unknown
         }
     }
 
-    fn trust(&self, run_id: &Arc<str>) {
+    fn trust(&self, node: &Arc<str>, run_id: &Arc<str>) {
         let mut state = self.state();
-        if state.catching_up.as_ref() == Some(run_id) {
-            state.catching_up = None;
+        if state.catching_up.get(node) == Some(run_id) {
+            state.catching_up.remove(node);
         }
-        state.trusted = Some(run_id.clone());
+        state.trusted.insert(node.clone(), run_id.clone());
     }
 
-    /// Claims the catch-up of `run_id`; false if it is trusted or under way.
-    fn begin(&self, run_id: &Arc<str>) -> bool {
+    /// Claims the catch-up of `node`'s process `run_id`; false if it is trusted or
+    /// under way.
+    fn begin(&self, node: &Arc<str>, run_id: &Arc<str>) -> bool {
         let mut state = self.state();
-        if state.trusted.as_ref() == Some(run_id) || state.catching_up.as_ref() == Some(run_id) {
+        if state.trusted.get(node) == Some(run_id) || state.catching_up.get(node) == Some(run_id) {
             return false;
         }
-        state.catching_up = Some(run_id.clone());
+        state.catching_up.insert(node.clone(), run_id.clone());
         true
     }
 
@@ -136,10 +150,10 @@ impl Restarts {
             .collect()
     }
 
-    fn failed(&self, run_id: &Arc<str>) {
+    fn failed(&self, node: &Arc<str>, run_id: &Arc<str>) {
         let mut state = self.state();
-        if state.catching_up.as_ref() == Some(run_id) {
-            state.catching_up = None;
+        if state.catching_up.get(node) == Some(run_id) {
+            state.catching_up.remove(node);
         }
     }
 }
@@ -148,19 +162,21 @@ impl Relations {
     /// Whether the sets of cache process `run_id`, reached on `conn`, may be read:
     /// at once if it started empty or was caught up by someone already; otherwise
     /// not until the catch-up this starts in the background is done.
-    pub(super) async fn admit(&self, conn: &mut PooledConn, run_id: Arc<str>) -> bool {
-        match self.restarts.standing(&run_id) {
+    pub(super) async fn admit(&self, conn: &mut NodeConn, run_id: Arc<str>) -> bool {
+        let node = conn.node.clone();
+        match self.restarts.standing(&node, &run_id) {
             Standing::Trusted => return true,
             Standing::CatchingUp => return false,
             Standing::Unknown => {}
         }
-        match self.look(conn, &run_id).await {
+        let marker = self.cache.marker_key(&self.config.key_prefix, &node);
+        match self.look(conn, &run_id, marker.clone()).await {
             Ok(Look::UpToDate) => {
-                self.restarts.trust(&run_id);
+                self.restarts.trust(&node, &run_id);
                 true
             }
             Ok(Look::Behind(snapshot_ms)) => {
-                self.catch_up_in_background(run_id, snapshot_ms);
+                self.catch_up_in_background(node, run_id, marker, snapshot_ms);
                 false
             }
             // `call` has reported the failure.
@@ -168,7 +184,12 @@ impl Relations {
         }
     }
 
-    async fn look(&self, conn: &mut PooledConn, run_id: &str) -> Result<Look, CacheError> {
+    async fn look(
+        &self,
+        conn: &mut NodeConn,
+        run_id: &str,
+        marker: Option<Bytes>,
+    ) -> Result<Look, CacheError> {
         let fields = self.call(conn, Cmd::info("persistence")).await?;
         let Some(snapshot_ms) = loaded_snapshot_ms(&fields) else {
             // Started empty: nothing in it predates this process.
@@ -180,23 +201,36 @@ impl Relations {
             .mended_since(snapshot_ms.saturating_sub(margin_ms));
         for users in mended.chunks(CLEAR_BATCH) {
             let keys: Vec<_> = users.iter().map(|&u| self.cache_key(u)).collect();
-            self.call(conn, Cmd::del(&keys)).await?;
+            // Routed by key: on a cluster, wherever each set now lives.
+            let deleted = self.cache.del(&keys).await;
+            self.report(None, deleted.as_ref().err());
+            deleted?;
         }
-        let marker = marker_key(&self.config.key_prefix);
+        // A node that serves no slot has no marker, and nothing to read either.
+        let Some(marker) = marker else {
+            return Ok(Look::Behind(snapshot_ms));
+        };
         if self.call(conn, Cmd::get(marker)).await?.as_deref() == Some(run_id.as_bytes()) {
             return Ok(Look::UpToDate);
         }
         Ok(Look::Behind(snapshot_ms))
     }
 
-    fn catch_up_in_background(&self, run_id: Arc<str>, snapshot_ms: u64) {
-        if !self.restarts.begin(&run_id) {
+    fn catch_up_in_background(
+        &self,
+        node: Arc<str>,
+        run_id: Arc<str>,
+        marker: Option<Bytes>,
+        snapshot_ms: u64,
+    ) {
+        if !self.restarts.begin(&node, &run_id) {
             return;
         }
         let job = CatchUpJob {
             store: self.store.clone(),
             cache: self.cache.clone(),
             prefix: self.config.key_prefix.clone(),
+            marker,
             since: (snapshot_ms * 1000)
                 .saturating_sub(self.config.catchup_margin.as_micros() as u64),
             stats: self.stats.clone(),
@@ -204,26 +238,25 @@ impl Relations {
         let restarts = self.restarts.clone();
         tokio::spawn(async move {
             match job.run(&run_id).await {
-                Ok(()) => restarts.trust(&run_id),
+                Ok(()) => restarts.trust(&node, &run_id),
                 Err(e) => {
-                    tracing::warn!(run_id = %run_id, error = %e, "cache catch-up failed; reading from MySQL until it succeeds");
-                    restarts.failed(&run_id);
+                    tracing::warn!(node = %node, run_id = %run_id, error = %e, "cache catch-up failed; reading from MySQL until it succeeds");
+                    restarts.failed(&node, &run_id);
                 }
             }
         });
     }
 }
 
-/// The key naming the cache process last caught up: under the sets' prefix, where
-/// no user's key can be (those end in digits).
-fn marker_key(prefix: &str) -> String {
-    format!("{prefix}caught-up")
-}
-
+/// The key naming the cache process last caught up (see [`Cache::marker_key`]) is
+/// under the sets' prefix, where no user's key can be: those are digits after the
+/// prefix, or `{digits}` on a cluster.
 struct CatchUpJob {
     store: Store,
-    cache: Pool,
+    cache: Cache,
     prefix: String,
+    /// `None` for a node that serves no slot: caught up, and not marked.
+    marker: Option<Bytes>,
     since: u64,
     stats: Arc<TierStats>,
 }
@@ -249,10 +282,11 @@ impl CatchUpJob {
         self.stats
             .catchup_changes
             .fetch_add(report.changes, Relaxed);
-        let marker = marker_key(&self.prefix);
-        self.cache
-            .run(Cmd::set(marker, run_id.as_bytes().to_vec()))
-            .await?;
+        if let Some(marker) = &self.marker {
+            self.cache
+                .run(Cmd::set(marker, run_id.as_bytes().to_vec()))
+                .await?;
+        }
         self.stats.catchups.fetch_add(1, Relaxed);
         Ok(())
     }
