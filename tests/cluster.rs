@@ -775,3 +775,34 @@ fn a_reshard_under_load_loses_no_acknowledged_write() {
         .sum();
     assert_eq!(total, 2 * KEYS, "every key on exactly one node");
 }
+
+/// A lease granted before its slot starts to move is revoked: the writes its
+/// fill might have missed go to the other node meanwhile, so even if the move is
+/// called off, that fill must not be stored.
+#[test]
+fn a_slot_that_starts_moving_revokes_its_leases() {
+    let nodes = nodes(3);
+    create(&nodes);
+    let key = "{leased}:following";
+    let slot = nodes[0].cli_out(&["cluster", "keyslot", key]);
+    let source = owner_of(&nodes, key);
+    let target = nodes.iter().find(|n| n.port != source.port).unwrap();
+    let mut src = Conn::new(source.port);
+    let token = src.reply(&["IDSET.LEASE", key]);
+    let token = token.trim_start_matches(':').trim_end().to_string();
+    assert!(token.parse::<u64>().unwrap() > 0, "{token}");
+    assert_eq!(
+        src.reply(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &myid(target)]),
+        "+OK\r\n"
+    );
+    // While the slot moves the fill is asked for at the target; once the move is
+    // called off, the old lease is gone: the fill is refused (nil), nothing stored.
+    let fill = ["IDSET.LOAD", key, "LEASE", &token, "IDS", "1", "2"];
+    assert!(src.reply(&fill).starts_with("-ASK "));
+    assert_eq!(
+        src.reply(&["CLUSTER", "SETSLOT", &slot, "STABLE"]),
+        "+OK\r\n"
+    );
+    assert_eq!(src.reply(&fill), "$-1\r\n");
+    assert_eq!(src.reply(&["CLUSTER", "COUNTKEYSINSLOT", &slot]), ":0\r\n");
+}

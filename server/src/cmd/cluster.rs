@@ -684,7 +684,7 @@ fn setslot(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     } else {
         0
     };
-    ctx.server.cluster.update(|s| {
+    let reply = ctx.server.cluster.update(|s| {
         let me = s.myself;
         let known = |s: &State, arg: &Bytes| node_arg(arg).filter(|id| s.knows(id));
         match &action[..] {
@@ -740,7 +740,16 @@ fn setslot(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             }
         }
         Ok(Frame::ok())
-    })
+    })?;
+    // A slot that starts to move (or moves) takes its leases with it: a fill
+    // granted here before must be refused, since the writes it would miss now go
+    // to the other node.
+    if action != b"stable" {
+        let ended = ctx.server.db.revoke_slot_leases(slot);
+        ctx.server.stats.lease_revocations.add(ended.revoked as u64);
+        ctx.server.stats.lease_lapses.add(ended.lapsed as u64);
+    }
+    Ok(reply)
 }
 
 fn meet(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {

@@ -109,6 +109,20 @@ impl Leases {
         ended
     }
 
+    /// Revokes the leases on keys `pick` selects (the keys of a slot that starts
+    /// moving to another node), as of `now`.
+    pub fn revoke_where(&mut self, now: u64, mut pick: impl FnMut(&[u8]) -> bool) -> Ended {
+        let mut ended = Ended::default();
+        self.map.retain(|k, l| {
+            if !pick(k) {
+                return true;
+            }
+            ended += Ended::one(l.expires_at > now);
+            false
+        });
+        ended
+    }
+
     /// Forgets leases that lapsed before `now`; returns how many.
     pub fn sweep(&mut self, now: u64) -> usize {
         let before = self.map.len();

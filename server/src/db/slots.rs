@@ -48,6 +48,18 @@ impl Db {
         keys
     }
 
+    /// Revokes the leases out on keys of `slot`: the slot starts moving to
+    /// another node (or has gone), so a fill that read the database under one of
+    /// them must not be stored here — the write it may have missed would go to the
+    /// new owner, not revoke the lease here.
+    pub fn revoke_slot_leases(&self, slot: u16) -> super::LeasesEnded {
+        if self.leases_out() == 0 {
+            return super::LeasesEnded::default();
+        }
+        let mut view = self.slot_view(slot, LockMode::Write);
+        view.revoke_leases_where(|k| key_slot(k) == slot)
+    }
+
     /// Deletes every key of `slot` (the slot now belongs to another node, or
     /// CLUSTER FLUSHSLOTS); returns how many there were. Readers that track them
     /// are told, as for any deletion.

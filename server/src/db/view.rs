@@ -346,6 +346,19 @@ impl<'a> View<'a> {
         ended
     }
 
+    /// Revokes the leases on the locked shards' keys that `pick` selects.
+    pub fn revoke_leases_where(&mut self, mut pick: impl FnMut(&[u8]) -> bool) -> Ended {
+        let (db, now) = (self.db, self.now_ms);
+        let mut ended = Ended::default();
+        for (_, g) in &mut self.guards {
+            if let Guard::Write(g) = g {
+                ended += g.leases.revoke_where(now, &mut pick);
+            }
+        }
+        db.leases_out.fetch_sub(ended.total(), Relaxed);
+        ended
+    }
+
     /// Registers a WATCH of `key` (needs a write-locked view).
     pub fn watch(&mut self, key: &[u8], flag: &super::WatchFlag) {
         if self.shard_mut(key).0.watch(key, flag) {
