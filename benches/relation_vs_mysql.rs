@@ -5,13 +5,16 @@
 //! ```sh
 //! cargo bench --bench relation_vs_mysql
 //! USERS=20000 FOLLOWS=60 SKEW=0.99 CONCURRENCY=32 WRITERS=16 DURATION=10 ROUNDS=3 \
-//!     MODES=mysql,cached,local LOCAL_MB=16 cargo bench --bench relation_vs_mysql
+//!     MODES=mysql,cached,local,cluster LOCAL_MB=16 cargo bench --bench relation_vs_mysql
 //! ```
 //!
-//! Three modes: MySQL alone (`mysql`), relcache in front (`cached`), and relcache in
+//! Four modes: MySQL alone (`mysql`), relcache in front (`cached`), relcache in
 //! front with the tier's in-process cache of hot users' sets on (`local`: tables
 //! kept in process, invalidated by the server's `CLIENT TRACKING`; `LOCAL_MB` bounds
-//! it, `ADMIT_AFTER` is how many misses fetch a user's table).
+//! it, `ADMIT_AFTER` is how many misses fetch a user's table), and a three-node
+//! relcache cluster in front (`cluster`: created with `redis-cli --cluster create`,
+//! reached through the tier's slot-routing pool; on one machine this shows what
+//! routing costs, not what more machines gain).
 //!
 //! `CONCURRENCY` tasks check and `WRITERS` tasks follow; whichever side gets ahead
 //! of nine checks per follow waits, so both modes run the same 90/10 mix (the
@@ -38,9 +41,9 @@ use hdrhistogram::Histogram;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, LogNormal, Zipf};
-use relcache_client::{Client, Pool, PoolConfig};
+use relcache_client::{Client, ClusterConfig, ClusterPool, Pool, PoolConfig};
 use relcache_relation::service::{LocalCacheConfig, Relations, RelationsConfig};
-use relcache_relation::{schema, ShardMap, Store, StoreConfig};
+use relcache_relation::{schema, Cache, ShardMap, Store, StoreConfig};
 use support::harness::mariadb::{MariaDb, RawSql};
 use support::harness::{invoked_by_cargo_bench, TestServer};
 
@@ -73,6 +76,9 @@ enum Mode {
     Cached,
     /// Cached, with the tier's in-process cache on.
     Local,
+    /// Cached on a three-node relcache cluster (on this machine: the cost of
+    /// routing, not the gain of more machines).
+    Cluster,
 }
 
 impl Mode {
@@ -81,7 +87,8 @@ impl Mode {
             "mysql" => Mode::MySql,
             "cached" => Mode::Cached,
             "local" => Mode::Local,
-            other => panic!("MODES: unknown mode {other:?} (mysql, cached, local)"),
+            "cluster" => Mode::Cluster,
+            other => panic!("MODES: unknown mode {other:?} (mysql, cached, local, cluster)"),
         }
     }
 
@@ -90,6 +97,7 @@ impl Mode {
             Mode::MySql => "MySQL alone",
             Mode::Cached => "relcache in front",
             Mode::Local => "+ in-process cache",
+            Mode::Cluster => "relcache cluster, 3 nodes",
         }
     }
 }
@@ -229,13 +237,30 @@ async fn load(store: &Store, p: &Params) -> u64 {
 
 async fn run(store: &Store, p: &Params, mode: Mode, round: u64) -> RoundResult {
     // A fresh cache per round: each cached round starts cold.
-    let server = TestServer::start();
-    let relations = Arc::new(Relations::new(
-        Pool::new(PoolConfig {
+    let (servers, cache): (Vec<TestServer>, Cache) = if mode == Mode::Cluster {
+        let cluster = support::harness::cluster::RelcacheCluster::start(3);
+        let pool = ClusterPool::connect(ClusterConfig {
+            seeds: cluster.addrs(),
+            pool: PoolConfig {
+                max_connections: p.concurrency * 2,
+                ..PoolConfig::default()
+            },
+            ..ClusterConfig::default()
+        })
+        .await
+        .expect("connect to the cluster");
+        (cluster.nodes, pool.into())
+    } else {
+        let server = TestServer::start();
+        let pool = Pool::new(PoolConfig {
             addr: server.addr(),
             max_connections: p.concurrency * 2,
             ..PoolConfig::default()
-        }),
+        });
+        (vec![server], pool.into())
+    };
+    let relations = Arc::new(Relations::new(
+        cache,
         store.clone(),
         RelationsConfig {
             local_cache: (mode == Mode::Local).then(|| LocalCacheConfig {
@@ -251,7 +276,7 @@ async fn run(store: &Store, p: &Params, mode: Mode, round: u64) -> RoundResult {
     let measure_from = start + p.warmup;
     let end = measure_from + p.duration;
     let baseline = Arc::new(tokio::sync::Mutex::new(None::<Baseline>));
-    let addr = server.addr();
+    let addrs: Vec<String> = servers.iter().map(|s| s.addr()).collect();
     // Readers check and writers follow, each side pausing while it is ahead, so
     // the run is exactly the 90/10 mix at whatever rate the system sustains it.
     // (One closed loop mixing both would make every task wait out MySQL's write
@@ -263,7 +288,7 @@ async fn run(store: &Store, p: &Params, mode: Mode, round: u64) -> RoundResult {
             let (relations, baseline) = (relations.clone(), baseline.clone());
             let (done_checks, done_follows) = (done_checks.clone(), done_follows.clone());
             let store = store.clone();
-            let addr = addr.clone();
+            let addrs = addrs.clone();
             let users = p.users;
             let writer = i >= p.concurrency;
             let slack = p.writers as u64;
@@ -283,7 +308,7 @@ async fn run(store: &Store, p: &Params, mode: Mode, round: u64) -> RoundResult {
                                 queries: store.queries(),
                                 reads: check_reads(&relations),
                                 local_hits: relations.stats().local_hits.load(Relaxed),
-                                commands: commands_processed(&addr).await,
+                                commands: commands_processed(&addrs).await,
                             });
                         }
                     }
@@ -335,7 +360,7 @@ async fn run(store: &Store, p: &Params, mode: Mode, round: u64) -> RoundResult {
         checks.add(c).unwrap();
         follows.add(f).unwrap();
     }
-    let commands = commands_processed(&addr).await;
+    let commands = commands_processed(&addrs).await;
     let b = baseline
         .lock()
         .await
@@ -345,7 +370,10 @@ async fn run(store: &Store, p: &Params, mode: Mode, round: u64) -> RoundResult {
     let reads = (check_reads(&relations) - b.reads) as f64;
     let cached = mode != Mode::MySql;
     let local_hits = (relations.stats().local_hits.load(Relaxed) - b.local_hits) as f64;
-    let late: f64 = harness_info(&server, "idsets", "idset_late_changes");
+    let late: f64 = servers
+        .iter()
+        .map(|s| harness_info(s, "idsets", "idset_late_changes"))
+        .sum();
     let all_follows = done_follows.load(Relaxed).max(1) as f64;
     RoundResult {
         checks_per_sec: n / p.duration.as_secs_f64(),
@@ -357,7 +385,7 @@ async fn run(store: &Store, p: &Params, mode: Mode, round: u64) -> RoundResult {
         mysql_per_1000_checks: (store.queries() - b.queries) as f64 * 1000.0 / n,
         check_reads_per_1000: match mode {
             Mode::MySql => 1000.0,
-            Mode::Cached | Mode::Local => reads * 1000.0 / n,
+            Mode::Cached | Mode::Local | Mode::Cluster => reads * 1000.0 / n,
         },
         late_per_1000_follows: cached.then(|| late * 1000.0 / all_follows),
         cache_requests_per_1000: cached
@@ -374,21 +402,25 @@ struct Baseline {
     commands: u64,
 }
 
-/// INFO's `total_commands_processed` of the cache server at `addr` (0 when the
-/// mode runs without it: nothing listens there that the mode uses).
-async fn commands_processed(addr: &str) -> u64 {
-    let Ok(mut c) = Client::connect(addr).await else {
-        return 0;
-    };
-    let fields = c
-        .run(relcache_client::Cmd::info("stats"))
-        .await
-        .unwrap_or_default();
-    fields
-        .iter()
-        .find(|(k, _)| k == "total_commands_processed")
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0)
+/// INFO's `total_commands_processed` summed over the cache servers at `addrs`
+/// (0 when the mode runs without them: nothing listens there that it uses).
+async fn commands_processed(addrs: &[String]) -> u64 {
+    let mut total = 0;
+    for addr in addrs {
+        let Ok(mut c) = Client::connect(addr.as_str()).await else {
+            continue;
+        };
+        let fields = c
+            .run(relcache_client::Cmd::info("stats"))
+            .await
+            .unwrap_or_default();
+        total += fields
+            .iter()
+            .find(|(k, _)| k == "total_commands_processed")
+            .and_then(|(_, v)| v.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    total
 }
 
 /// One INFO field of the relcache under test.
