@@ -560,8 +560,10 @@ fn redis_py_cluster_client_routes_and_follows_moves() {
     );
 }
 
+/// `redis-cli --cluster add-node`, `rebalance` (onto the new node and off it
+/// again, keys moving with MIGRATE) and `del-node`.
 #[test]
-fn redis_cli_adds_and_deletes_a_node() {
+fn redis_cli_adds_rebalances_and_deletes_a_node() {
     let mut all = nodes(4);
     let extra = all.pop().unwrap();
     create(&all);
@@ -579,7 +581,74 @@ fn redis_cli_adds_and_deletes_a_node() {
     assert!(ok && out.contains("[OK] All 16384 slots covered."), "{out}");
     assert!(out.contains("0 slots"), "the new node is empty: {out}");
 
+    // Rebalance gives the new node its share (a small weight keeps the test
+    // short: some 260 slots, moved with MIGRATE), then takes it all back.
     let id = myid(&extra);
+    let (a, b, c) = (myid(&all[0]), myid(&all[1]), myid(&all[2]));
+    let weights = |w: &str| {
+        vec![
+            format!("{a}=1"),
+            format!("{b}=1"),
+            format!("{c}=1"),
+            format!("{id}={w}"),
+        ]
+    };
+    let urls: Vec<String> = all.iter().map(|n| n.url()).collect();
+    let client = redis::cluster::ClusterClient::new(urls).unwrap();
+    let mut con = client.get_connection().unwrap();
+    for i in 0..300 {
+        let () = redis::cmd("SET")
+            .arg(format!("rebalanced:{i}"))
+            .arg(i)
+            .query(&mut con)
+            .unwrap();
+    }
+    let mut args: Vec<String> = [
+        "--cluster",
+        "rebalance",
+        &all[0].addr(),
+        "--cluster-use-empty-masters",
+        "--cluster-weight",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(weights("0.05"));
+    let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let (ok, out) = redis_cli(&refs);
+    assert!(ok, "rebalance failed:\n{out}");
+    let (ok, out) = redis_cli(&["--cluster", "check", &extra.addr()]);
+    assert!(ok && out.contains("[OK] All 16384 slots covered."), "{out}");
+    assert!(
+        !out.contains("0 slots |") && !out.contains("[WARNING]"),
+        "the new node took slots: {out}"
+    );
+    let mut args: Vec<String> = ["--cluster", "rebalance", &all[0].addr(), "--cluster-weight"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(weights("0"));
+    let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let (ok, out) = redis_cli(&refs);
+    assert!(ok, "rebalance back failed:\n{out}");
+    wait_for("the new node to be emptied", || {
+        extra.cli_out(&["dbsize"]) == "0"
+    });
+    // Every key moved there and back is still there, once.
+    let mut con = client.get_connection().unwrap();
+    for i in 0..300 {
+        let v: i64 = redis::cmd("GET")
+            .arg(format!("rebalanced:{i}"))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(v, i);
+    }
+    let total: usize = all
+        .iter()
+        .map(|n| n.cli_out(&["dbsize"]).parse::<usize>().unwrap())
+        .sum();
+    assert_eq!(total, 300);
+
     let (ok, out) = redis_cli(&["--cluster", "del-node", &all[1].addr(), &id]);
     assert!(
         ok && out.contains(">>> Sending CLUSTER FORGET messages to the cluster..."),
