@@ -390,18 +390,7 @@ fn idset_info_prints_the_seed_unsigned() {
 #[test]
 fn redis_py_sees_redis_answers() {
     let s = TestServer::start();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/clients.py");
-    let out = std::process::Command::new("python3")
-        .arg(script)
-        .arg(s.port.to_string())
-        .output()
-        .expect("run python3 (scripts/test.sh installs redis-py)");
-    assert!(
-        out.status.success() && out.stdout.starts_with(b"ok"),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    harness::python_checks("clients.py", s.port);
 }
 
 /// WATCH's promise under contention: clients that each do WATCH, GET, MULTI, SET

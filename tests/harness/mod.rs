@@ -499,3 +499,20 @@ pub fn cpu_ns(pid: u32) -> u64 {
         .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
         .sum()
 }
+
+/// Runs `tests/python/<script> <port>` (redis-py checks, as Python users run
+/// them), asserting it printed "ok" and exited 0.
+pub fn python_checks(script: &str, port: u16) {
+    let path = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("python3")
+        .arg(&path)
+        .arg(port.to_string())
+        .output()
+        .expect("run python3 (scripts/test.sh installs redis-py)");
+    assert!(
+        out.status.success() && out.stdout.starts_with(b"ok"),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -225,7 +225,12 @@ fn write_atomically(path: &PathBuf, text: &str) -> std::io::Result<()> {
     let mut f = std::fs::File::create(&tmp)?;
     f.write_all(text.as_bytes())?;
     f.sync_all()?;
-    std::fs::rename(&tmp, path)
+    std::fs::rename(&tmp, path)?;
+    // The rename itself is durable only once the directory is synced.
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 /// Starts cluster mode if `cluster-enabled yes`: loads the config file (or makes

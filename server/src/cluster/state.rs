@@ -185,11 +185,18 @@ impl State {
         out
     }
 
-    /// Drops placeholders that never answered and forget-list entries that ran out.
+    /// Drops placeholders that never answered, nodes heard of through gossip
+    /// that never answered either (gossip cannot fill the table with nodes that
+    /// do not exist), and forget-list entries that ran out.
     pub fn expire(&mut self, now: u64, handshake_ms: u64) -> bool {
         let before = self.nodes.len();
-        self.nodes
-            .retain(|n| !n.handshake || now.saturating_sub(n.created) <= handshake_ms);
+        let owner = &self.owner;
+        self.nodes.retain(|n| {
+            let unanswered = n.handshake || (n.meet && n.pong_received == 0);
+            !unanswered
+                || now.saturating_sub(n.created) <= handshake_ms
+                || owner.contains(&Some(n.id))
+        });
         self.forgotten.retain(|_, until| *until > now);
         self.nodes.len() != before
     }

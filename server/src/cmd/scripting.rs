@@ -220,6 +220,11 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[Bytes], script: &Script, ro: bool
     }
     let (keys, argv) = args[3..].split_at(numkeys as usize);
     let server = ctx.server;
+    if script.flags.no_cluster && server.cluster.enabled() {
+        return Err(CmdError::err(
+            "Can not run script on cluster, 'no-cluster' flag is set.",
+        ));
+    }
     let in_exec = ctx.in_exec();
     let undeclared = !in_exec
         && (script.flags.allow_undeclared_keys

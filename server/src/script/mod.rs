@@ -33,6 +33,8 @@ pub struct Flags {
     /// relcache's own: the script may touch keys it did not declare in KEYS (and
     /// locks every shard to do so).
     pub allow_undeclared_keys: bool,
+    /// `no-cluster`: refused on a node in cluster mode.
+    pub no_cluster: bool,
     /// Whether the script had a shebang at all.
     pub shebang: bool,
 }
@@ -99,8 +101,10 @@ fn parse_shebang(body: &[u8]) -> Result<Flags, String> {
                 "no-writes" => flags.no_writes = true,
                 "allow-oom" => flags.allow_oom = true,
                 "allow-undeclared-keys" => flags.allow_undeclared_keys = true,
-                // Accepted as Redis does; they change nothing on one node.
-                "allow-stale" | "no-cluster" | "allow-cross-slot-keys" => {}
+                "no-cluster" => flags.no_cluster = true,
+                // Accepted as Redis does: relcache has no replicas to be stale,
+                // and a script's declared keys must share one slot in a cluster.
+                "allow-stale" | "allow-cross-slot-keys" => {}
                 other => return Err(format!("Unexpected flag in script shebang: {other}")),
             }
         }
