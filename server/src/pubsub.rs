@@ -9,9 +9,11 @@
 //! (what is queued plus what waits in the connection's output), and a subscriber
 //! past it is killed instead of being sent more, as Redis closes it.
 //!
-//! Shard channels (SSUBSCRIBE, SPUBLISH) are a namespace of their own, as in a
-//! Redis that is not in cluster mode: relcache has one node, so every shard
-//! channel lives here, and no pattern ever matches one.
+//! Shard channels (SSUBSCRIBE, SPUBLISH) are a namespace of their own, and no
+//! pattern ever matches one. In cluster mode a shard channel is placed by its slot
+//! like a key (`cluster::route`), so its subscribers and publishers all meet on
+//! the slot's node; PUBLISH's messages also go to every other node over the
+//! cluster bus (`cluster::Cluster::publish`).
 //!
 //! Channels and patterns are kept apart from the per-connection [`Subscription`],
 //! which lists what one connection listens to, so that RESET and a closing
