@@ -588,11 +588,12 @@ fn migrate_in_thread(
     })
 }
 
-/// A MIGRATE waiting on a target that never answers holds no lock and no worker:
-/// other clients, on the same key too, are answered meanwhile, and the MIGRATE
-/// ends with IOERR at its timeout, keeping the key.
+/// A MIGRATE waiting on a target that never answers holds only its keys' shard
+/// (as Redis holds everything): other keys are answered meanwhile, a read of the
+/// migrating key waits for the MIGRATE, which ends with IOERR at its timeout,
+/// keeping the key.
 #[test]
-fn a_slow_target_stalls_only_the_client_that_asked() {
+fn a_slow_target_stalls_only_the_migrating_keys() {
     let s = TestServer::start();
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let mut c = Wire::new(s.port);
@@ -600,10 +601,17 @@ fn a_slow_target_stalls_only_the_client_that_asked() {
     let migrating = migrate_in_thread(&s, &silent, &[b"k", b"0", b"1500"]);
     // The RESTORE has arrived: the MIGRATE now waits for its reply.
     let _target = target_reads(&silent, "RESTORE");
+    let reader = {
+        let mut r = Wire::new(s.port);
+        std::thread::spawn(move || {
+            let t = std::time::Instant::now();
+            (r.bulk(&[b"GET", b"k"]), t.elapsed())
+        })
+    };
     for _ in 0..20 {
         let t = std::time::Instant::now();
-        assert_eq!(c.bulk(&[b"GET", b"k"]), Some(b"v".to_vec()));
         assert_eq!(c.text(&[b"SET", b"other", b"1"]), "+OK\r\n");
+        assert_eq!(c.text(&[b"PING"]), "+PONG\r\n");
         assert!(
             t.elapsed() < Duration::from_millis(500),
             "{:?}",
@@ -616,15 +624,25 @@ fn a_slow_target_stalls_only_the_client_that_asked() {
         "-IOERR error or timeout reading to target instance\r\n"
     );
     assert!(took >= Duration::from_millis(1400), "{took:?}");
-    assert_eq!(c.bulk(&[b"GET", b"k"]), Some(b"v".to_vec()));
+    let (read, waited) = reader.join().unwrap();
+    assert_eq!(
+        read,
+        Some(b"v".to_vec()),
+        "the key stays after a failed MIGRATE"
+    );
+    assert!(
+        waited >= Duration::from_millis(1000),
+        "the read waited for MIGRATE: {waited:?}"
+    );
 }
 
-/// A key written while its MIGRATE waits for the target is not deleted when the
-/// target takes the old value: the newer write stays on the source. (Redis, one
-/// thread, has no such meantime.) The target is played by the test, which also
-/// sees what MIGRATE sends: SELECT, then RESTORE with the TTL left.
+/// A write to a key while its MIGRATE waits for the target waits for the
+/// MIGRATE: it lands after the key is gone from here, never between the send and
+/// the delete (where it would be deleted unseen, or, kept, leave the key on both
+/// nodes). The target is played by the test, which also sees what MIGRATE sends:
+/// SELECT, then RESTORE with the TTL left.
 #[test]
-fn a_key_written_during_its_migrate_stays() {
+fn a_write_during_its_migrate_waits_for_it() {
     let s = TestServer::start();
     let fake = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let mut c = Wire::new(s.port);
@@ -636,9 +654,23 @@ fn a_key_written_during_its_migrate_stays() {
     assert!(sent.starts_with("*2\r\n$6\r\nSELECT\r\n$1\r\n0\r\n*4\r\n$7\r\nRESTORE\r\n$1\r\nk\r\n"));
     let ttl: u64 = sent.split("\r\n").nth(11).unwrap().parse().unwrap();
     assert!((90_000..=100_000).contains(&ttl), "{ttl}");
-    c.call(&[b"SET", b"k", b"new"]);
+    let writer = {
+        let mut w = Wire::new(s.port);
+        std::thread::spawn(move || w.text(&[b"SET", b"k", b"new"]))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !writer.is_finished(),
+        "the write waits for the MIGRATE of its key"
+    );
     target.write_all(b"+OK\r\n+OK\r\n+OK\r\n").unwrap();
     assert_eq!(migrating.join().unwrap().0, "+OK\r\n");
+    assert_eq!(writer.join().unwrap(), "+OK\r\n");
     assert_eq!(c.bulk(&[b"GET", b"k"]), Some(b"new".to_vec()));
-    assert_eq!(c.int(&[b"EXISTS", b"j"]), 0, "the unchanged key moved");
+    assert_eq!(
+        c.int(&[b"TTL", b"k"]),
+        -1,
+        "a new key, not the migrated one"
+    );
+    assert_eq!(c.int(&[b"EXISTS", b"j"]), 0, "the other key moved");
 }
