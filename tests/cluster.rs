@@ -91,16 +91,34 @@ fn owner_of<'a>(nodes: &'a [TestServer], key: &str) -> &'a TestServer {
         .expect("some node owns every slot")
 }
 
-fn owns(n: &TestServer, slot: u16) -> bool {
+/// The slots `n` says it owns (its own line of CLUSTER NODES; moving-slot
+/// markers left out).
+fn my_slots(n: &TestServer) -> Vec<u16> {
     let id = myid(n);
     let nodes = n.cli_out(&["cluster", "nodes"]);
     let mine = nodes.lines().find(|l| l.starts_with(&id)).unwrap();
-    mine.split(' ').skip(8).any(|r| match r.split_once('-') {
-        Some((a, b)) if !r.starts_with('[') => {
-            (a.parse::<u16>().unwrap()..=b.parse::<u16>().unwrap()).contains(&slot)
-        }
-        _ => r.parse::<u16>().ok() == Some(slot),
-    })
+    mine.split(' ')
+        .skip(8)
+        .filter(|r| !r.starts_with('['))
+        .flat_map(|r| {
+            let (a, b) = r.split_once('-').unwrap_or((r, r));
+            a.parse::<u16>().unwrap()..=b.parse::<u16>().unwrap()
+        })
+        .collect()
+}
+
+fn owns(n: &TestServer, slot: u16) -> bool {
+    my_slots(n).contains(&slot)
+}
+
+/// `redis-cli --cluster check` through `n`: every node agrees on the slot map.
+fn check_agrees(n: &TestServer) -> String {
+    let (ok, out) = redis_cli(&["--cluster", "check", &n.addr()]);
+    assert!(
+        ok && out.contains("[OK] All nodes agree about slots configuration."),
+        "{out}"
+    );
+    out
 }
 
 #[test]
@@ -285,11 +303,7 @@ fn a_slot_moves_with_ask_then_moved_and_the_new_owner_wins_everywhere() {
         src.reply(&["GET", key]),
         format!("-MOVED {slot} {}\r\n", target.addr())
     );
-    let (ok, out) = redis_cli(&["--cluster", "check", &nodes[0].addr()]);
-    assert!(
-        ok && out.contains("[OK] All nodes agree about slots configuration."),
-        "{out}"
-    );
+    check_agrees(&nodes[0]);
 }
 
 #[test]
@@ -458,11 +472,12 @@ fn a_hostile_bus_peer_cannot_crash_or_grow_a_node() {
         let addr = nodes.split(' ').nth(1).unwrap().to_string();
         addr.split('@').nth(1).unwrap().parse().unwrap()
     };
-    let () = redis::cmd("SET")
-        .arg("{x}kept")
-        .arg("1")
-        .query(&mut node.conn())
-        .unwrap_or(());
+    // The node serves every slot and holds a key the hostile peer must not touch.
+    assert_eq!(
+        node.cli_out(&["cluster", "addslotsrange", "0", "16383"]),
+        "OK"
+    );
+    assert_eq!(node.cli_out(&["set", "{x}kept", "1"]), "OK");
     let send = |bytes: &[u8]| -> Vec<u8> {
         let mut s = TcpStream::connect(("127.0.0.1", cport)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -521,6 +536,8 @@ fn a_hostile_bus_peer_cannot_crash_or_grow_a_node() {
     let known: usize = cluster_info(&node, "cluster_known_nodes").parse().unwrap();
     assert!(known <= 1000, "{known} nodes");
     assert_eq!(node.cli_out(&["ping"]), "PONG");
+    assert_eq!(node.cli_out(&["get", "{x}kept"]), "1");
+    assert_eq!(my_slots(&node).len(), 16384, "no slot was taken");
     assert_eq!(node.cli_out(&["cluster", "myid"]).len(), 40);
 }
 
@@ -567,8 +584,12 @@ fn redis_cli_adds_rebalances_and_deletes_a_node() {
             cluster_info(n, "cluster_known_nodes") == "4"
         });
     }
-    let (ok, out) = redis_cli(&["--cluster", "check", &extra.addr()]);
-    assert!(ok && out.contains("[OK] All 16384 slots covered."), "{out}");
+    // Knowing a node (gossip) comes before knowing its slots (its own ping).
+    wait_for("the new node to agree on the slot map", || {
+        redis_cli(&["--cluster", "check", &extra.addr()]).0
+    });
+    let out = check_agrees(&extra);
+    assert!(out.contains("[OK] All 16384 slots covered."), "{out}");
     assert!(out.contains("0 slots"), "the new node is empty: {out}");
 
     // Rebalance gives the new node its share (a small weight keeps the test
@@ -659,11 +680,7 @@ fn redis_cli_adds_rebalances_and_deletes_a_node() {
     for n in &all {
         assert_eq!(cluster_info(n, "cluster_known_nodes"), "3");
     }
-    let (ok, out) = redis_cli(&["--cluster", "check", &all[0].addr()]);
-    assert!(
-        ok && out.contains("[OK] All nodes agree about slots configuration."),
-        "{out}"
-    );
+    check_agrees(&all[0]);
 }
 
 #[test]
@@ -786,30 +803,10 @@ fn a_reshard_under_load_loses_no_acknowledged_write() {
         "the writer ran through the reshard ({rounds} rounds)"
     );
 
-    let (ok, out) = redis_cli(&["--cluster", "check", &nodes[0].addr()]);
-    assert!(
-        ok && out.contains("[OK] All nodes agree about slots configuration."),
-        "{out}"
-    );
+    let out = check_agrees(&nodes[0]);
     assert!(!out.contains("[WARNING]"), "no slot left open: {out}");
-    let slots_of = |n: &TestServer| -> usize {
-        let id = myid(n);
-        let text = n.cli_out(&["cluster", "nodes"]);
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(&id))
-            .unwrap()
-            .to_string();
-        line.split(' ')
-            .skip(8)
-            .map(|r| match r.split_once('-') {
-                Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
-                None => 1,
-            })
-            .sum()
-    };
-    assert_eq!(slots_of(&nodes[0]), 5461 - 600);
-    assert_eq!(slots_of(&nodes[2]), 5461 + 600);
+    assert_eq!(my_slots(&nodes[0]).len(), 5461 - 600);
+    assert_eq!(my_slots(&nodes[2]).len(), 5461 + 600);
 
     let mut con = client.get_connection().unwrap();
     for (i, want) in last.iter().enumerate() {
