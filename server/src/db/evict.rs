@@ -102,7 +102,9 @@ impl Evictor {
         for n in 0..SHARDS {
             let idx = (start + n) % SHARDS;
             let shard = db.shard(idx);
-            let mut map = shard.map.write();
+            let Some(mut map) = shard.map.try_write() else {
+                continue;
+            };
             let key = if policy.volatile_only() {
                 let len = map.volatile_len();
                 (len > 0)
@@ -132,7 +134,9 @@ impl Evictor {
         // Best candidates are at the end.
         while let Some(c) = pool.pop() {
             let shard = db.shard(c.shard);
-            let mut map = shard.map.write();
+            let Some(mut map) = shard.map.try_write() else {
+                continue;
+            };
             let now = super::now_ms();
             let Some(entry) = map.get(&c.key, now) else {
                 continue;
@@ -165,7 +169,7 @@ impl Evictor {
             let start = rng.gen_range(0..SHARDS);
             let found = (0..SHARDS).find_map(|n| {
                 let idx = (start + n) % SHARDS;
-                let map = db.shard(idx).map.read();
+                let map = db.shard(idx).map.try_read()?;
                 let len = if policy.volatile_only() {
                     map.volatile_len()
                 } else {

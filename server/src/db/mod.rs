@@ -153,7 +153,7 @@ impl Db {
     pub fn volatile_len(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| s.map.read().volatile_len())
+            .map(|s| view::read_shard(&s.map).volatile_len())
             .sum()
     }
 

@@ -7,7 +7,9 @@
 
 use std::cell::Cell;
 
-use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use smallvec::SmallVec;
 
 use std::sync::atomic::Ordering::Relaxed;
@@ -50,6 +52,30 @@ pub struct View<'a> {
     client: ClientId,
 }
 
+/// How long a command waits for a shard on its worker thread before it steps off
+/// it. Commands hold a shard for microseconds; a longer hold is MIGRATE's exchange
+/// with its target, a script, or a large rebuild.
+const WAIT_IN_PLACE: Duration = Duration::from_micros(100);
+
+/// Takes a shard's lock shared. A shard held for long is waited for under
+/// [`crate::offload::offload`]: a worker blocked on a lock would stall every other
+/// client the worker serves (with one worker, the whole server) for as long as the
+/// holder keeps it.
+pub(super) fn read_shard(lock: &RwLock<ShardMap>) -> RwLockReadGuard<'_, ShardMap> {
+    if let Some(g) = lock.try_read_for(WAIT_IN_PLACE) {
+        return g;
+    }
+    crate::offload::offload(|| lock.read())
+}
+
+/// Takes a shard's lock exclusive; see [`read_shard`].
+pub(super) fn write_shard(lock: &RwLock<ShardMap>) -> RwLockWriteGuard<'_, ShardMap> {
+    if let Some(g) = lock.try_write_for(WAIT_IN_PLACE) {
+        return g;
+    }
+    crate::offload::offload(|| lock.write())
+}
+
 impl<'a> View<'a> {
     pub(super) fn lock(db: &'a Db, shards: &[usize], mode: LockMode) -> View<'a> {
         let guards = shards
@@ -57,8 +83,8 @@ impl<'a> View<'a> {
             .map(|&i| {
                 let lock = &db.shard(i).map;
                 let g = match mode {
-                    LockMode::Read => Guard::Read(lock.read()),
-                    LockMode::Write => Guard::Write(lock.write()),
+                    LockMode::Read => Guard::Read(read_shard(lock)),
+                    LockMode::Write => Guard::Write(write_shard(lock)),
                 };
                 (i, g)
             })
