@@ -21,7 +21,8 @@ use tracing_subscriber::EnvFilter;
 struct Cli {
     /// A config file in redis.conf syntax (`name value` per line).
     config_file: Option<PathBuf>,
-    /// Worker threads serving clients (default: one per core).
+    /// Threads serving clients, each an event loop of its own (default: one per
+    /// core).
     #[arg(long)]
     threads: Option<usize>,
 }
@@ -91,11 +92,16 @@ fn main() -> anyhow::Result<()> {
         }
     });
 
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = cli.threads {
-        rt.worker_threads(n.max(1));
-    }
-    let rt = rt.enable_all().thread_name("relcache-worker").build()?;
+    // Clients are served by loops of their own, one per thread (`--threads`);
+    // this runtime accepts their connections and runs the cluster bus.
+    let loops = cli
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .thread_name("relcache-main")
+        .build()?;
     rt.block_on(async move {
         // Every bind address gets a listener, as in Redis. With port 0 the first
         // one picks a free port and the others use the same.
@@ -114,7 +120,7 @@ fn main() -> anyhow::Result<()> {
         }
         let shutdown = CancellationToken::new();
         tokio::spawn(signals(shutdown.clone()));
-        relcache_server::run(listeners, config, shutdown).await
+        relcache_server::run(listeners, config, loops, shutdown).await
     })
 }
 

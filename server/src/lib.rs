@@ -23,6 +23,7 @@ pub mod fuzzing;
 mod glob;
 mod listen;
 mod longdouble;
+mod loops;
 mod notify;
 mod observe;
 mod offload;

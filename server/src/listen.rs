@@ -1,6 +1,7 @@
-//! Serving: one accept loop per bound address, a task per connection, and an
-//! orderly shutdown that stops accepting, tells every connection to finish and
-//! waits for them (mini-redis's shape, with tokio-util's `TaskTracker`).
+//! Serving: one accept loop per bound address, a task per connection on one of
+//! the client loops ([`crate::loops`]), and an orderly shutdown that stops
+//! accepting, tells every connection to finish and waits for them (mini-redis's
+//! shape, with tokio-util's `TaskTracker`).
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -12,14 +13,16 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
+use crate::loops::Loops;
 use crate::server::Server;
 
-/// Serves `listeners` (one per bound address) until `shutdown` is cancelled (or a
-/// client sends SHUTDOWN), then stops accepting, tells every connection to finish,
-/// and waits for them.
+/// Serves `listeners` (one per bound address) on `loops` client loops until
+/// `shutdown` is cancelled (or a client sends SHUTDOWN), then stops accepting,
+/// tells every connection to finish, and waits for them.
 pub async fn run(
     listeners: Vec<TcpListener>,
     config: Config,
+    loops: usize,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let first = listeners
@@ -48,9 +51,13 @@ pub async fn run(
     };
 
     let tracker = TaskTracker::new();
+    let loops = Arc::new(Loops::start(loops)?);
     let accepting: Vec<_> = listeners
         .into_iter()
-        .map(|l| tokio::spawn(accept_loop(l, server.clone(), tracker.clone())))
+        .map(|l| {
+            let (server, loops, tracker) = (server.clone(), loops.clone(), tracker.clone());
+            tokio::spawn(accept_loop(l, server, loops, tracker))
+        })
         .collect();
     for a in accepting {
         let _ = a.await;
@@ -65,6 +72,9 @@ pub async fn run(
     {
         server.scripts.kill_all();
     }
+    if let Ok(loops) = Arc::try_unwrap(loops) {
+        let _ = tokio::task::spawn_blocking(move || loops.shutdown()).await;
+    }
     let _ = tokio::task::spawn_blocking(move || cron.join()).await;
     let _ = tokio::task::spawn_blocking(move || (saver.join(), loader.map(|l| l.join()))).await;
     if let Some(e) = server.persist.load_error.lock().take() {
@@ -76,8 +86,14 @@ pub async fn run(
     Ok(())
 }
 
-/// Accepts connections on one listener until shutdown, handing each to its own task.
-async fn accept_loop(listener: TcpListener, server: Arc<Server>, tracker: TaskTracker) {
+/// Accepts connections on one listener until shutdown, handing each to a task of
+/// its own on a client loop.
+async fn accept_loop(
+    listener: TcpListener,
+    server: Arc<Server>,
+    loops: Arc<Loops>,
+    tracker: TaskTracker,
+) {
     let local_addr = listener.local_addr().unwrap_or(server.local_addr);
     let shutdown = server.shutdown.clone();
     let mut since_yield = 0u64;
@@ -113,7 +129,25 @@ async fn accept_loop(listener: TcpListener, server: Arc<Server>, tracker: TaskTr
         let max = server.config.maxclients.load(Relaxed) as usize;
         match server.clients.register(addr, local_addr, &shutdown, max) {
             Some(info) => {
-                tracker.spawn(crate::conn::serve(server.clone(), stream, info));
+                // Taken off this runtime's epoll, to join its loop's.
+                let stream = match stream.into_std() {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot hand over a connection");
+                        server.clients.unregister(info.id);
+                        continue;
+                    }
+                };
+                let server = server.clone();
+                loops.serve(&tracker, stream, move |stream| async move {
+                    match stream {
+                        Ok(stream) => crate::conn::serve(server, stream, info).await,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot serve a connection");
+                            server.clients.unregister(info.id);
+                        }
+                    }
+                });
             }
             None => {
                 server.stats.rejected_connections.incr();
