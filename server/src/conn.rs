@@ -118,6 +118,9 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
     // that has just been answered (a parked command that ran at last, say) is not
     // idle.
     let mut last_interaction = Instant::now();
+    // Whether this pass's requests came with the read just made: its time then
+    // stands for the write's too (the clock is read once per round trip).
+    let mut read_since_write = false;
     let mut over_soft_since: Option<Instant> = None;
     let mut closing = false;
     // Created once: registering a fresh waiter with the token on every batch would
@@ -235,8 +238,11 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                 Ok(n) => took_output(n, &mut over_soft_since),
                 Err(e) => return Closed::Io(e),
             }
-            last_interaction = Instant::now();
+            if !read_since_write {
+                last_interaction = Instant::now();
+            }
         }
+        read_since_write = false;
         if closing && wbuf.is_empty() {
             return Closed::Normal;
         }
@@ -298,7 +304,9 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                     Ok(0) => return Closed::Normal,
                     Ok(_) => {
                         last_interaction = Instant::now();
-                        info.last_active_ms.store(info.created.elapsed().as_millis() as u64, Relaxed);
+                        read_since_write = true;
+                        let active = last_interaction.into_std().saturating_duration_since(info.created);
+                        info.last_active_ms.store(active.as_millis() as u64, Relaxed);
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) => return Closed::Io(e),

@@ -490,14 +490,20 @@ impl Raw {
 }
 
 /// CPU time, in nanoseconds, that process `pid` has run so far, all its threads
-/// together (the sum of `/proc/PID/task/*/schedstat`'s first field: nanoseconds,
-/// where `/proc/PID/stat` counts 10 ms ticks).
+/// together, those that have exited included: `/proc/PID/stat`'s utime + stime.
+/// They count clock ticks (10 ms), so measure runs of seconds; summing the
+/// threads' nanosecond `schedstat` instead loses the time of every thread that
+/// ends in between (tokio's blocking threads come and go).
 pub fn cpu_ns(pid: u32) -> u64 {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc/PID/task");
-    tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // The command name (field 2) may hold spaces: count fields after its ')'.
+    let rest = &stat[stat.rfind(')').expect("stat has (comm)") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15, i.e. the 12th and 13th after comm.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    ticks * 1_000_000_000 / hz
 }
 
 /// Runs `tests/python/<script> <port>` (redis-py checks, as Python users run

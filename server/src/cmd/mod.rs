@@ -84,7 +84,8 @@ fn families() -> [&'static [CommandSpec]; 21] {
 
 /// The command table, with a dense id per command and subcommand (for stats).
 pub struct Registry {
-    by_name: HashMap<&'static str, (usize, &'static CommandSpec), ahash::RandomState>,
+    /// Keyed by the name's bytes: a lookup need not check the client's are UTF-8.
+    by_name: HashMap<&'static [u8], (usize, &'static CommandSpec), ahash::RandomState>,
     /// Every command and subcommand, by id.
     pub all: Vec<&'static CommandSpec>,
 }
@@ -99,11 +100,12 @@ impl Registry {
             for spec in family {
                 let id = r.all.len();
                 r.all.push(spec);
-                let dup = r.by_name.insert(spec.name, (id, spec));
+                let dup = r.by_name.insert(spec.name.as_bytes(), (id, spec));
                 assert!(dup.is_none(), "command {} defined twice", spec.name);
                 for sub in spec.subcommands {
                     r.all.push(sub);
-                    r.by_name.insert(sub.name, (r.all.len() - 1, sub));
+                    r.by_name
+                        .insert(sub.name.as_bytes(), (r.all.len() - 1, sub));
                 }
             }
         }
@@ -118,8 +120,7 @@ impl Registry {
         for (d, s) in lower.iter_mut().zip(name) {
             *d = s.to_ascii_lowercase();
         }
-        let name = std::str::from_utf8(lower).ok()?;
-        self.by_name.get(name).copied()
+        self.by_name.get(&lower[..]).copied()
     }
 
     /// Looks up the command a request names in its first argument: a top-level
@@ -835,6 +836,13 @@ pub(crate) fn command_keys<'x>(
     args: &'x [Bytes],
 ) -> Option<smallvec::SmallVec<[&'x [u8]; 4]>> {
     match spec.keys {
+        // One key at a fixed place (GET, SET, SISMEMBER …): most requests.
+        Keys::Range { first, last, .. } if first == last && first > 0 => {
+            Some(match args.get(first as usize) {
+                Some(arg) => smallvec::smallvec![&arg[..]],
+                None => smallvec::SmallVec::new(),
+            })
+        }
         // The common shape, without collecting key positions first.
         Keys::Range { first, last, step } if last < 0 || last >= first => {
             let end = if last < 0 {

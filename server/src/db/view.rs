@@ -53,9 +53,11 @@ pub struct View<'a> {
 }
 
 /// How long a command waits for a shard on its worker thread before it steps off
-/// it. Commands hold a shard for microseconds; a longer hold is MIGRATE's exchange
-/// with its target, a script, or a large rebuild.
-const WAIT_IN_PLACE: Duration = Duration::from_micros(100);
+/// it. Commands hold a shard for microseconds, but a holder the OS preempted keeps
+/// it for a time slice (a few ms when clients and workers share the cores), and
+/// stepping off costs a thread hand-over that buys nothing then. A hold longer
+/// by design is MIGRATE's, through its exchange with the target.
+const WAIT_IN_PLACE: Duration = Duration::from_millis(1);
 
 /// Takes a shard's lock shared. A shard held for long is waited for under
 /// [`crate::offload::offload`]: a worker blocked on a lock would stall every other
