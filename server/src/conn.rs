@@ -43,6 +43,8 @@ const READ_CHUNK: usize = 16 * 1024;
 /// Past this much pending output mid-batch, try to write before executing more, so
 /// a client that reads promptly never makes us hold a large buffer.
 const EAGER_FLUSH: usize = 64 * 1024;
+/// Redis's `PROTO_REPLY_CHUNK_BYTES`: the size of a client's fixed reply buffer.
+const REPLY_CHUNK: usize = 16 * 1024;
 /// Argument slots kept from one request to the next; a request with more gets a
 /// vector of its own (a 5M-id SADD needs 160 MB of slots), freed once it has run.
 const ARGS_KEEP: usize = 16;
@@ -191,10 +193,16 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                             Err(e) => return Closed::Io(e),
                         }
                     }
-                    if let Some(why) =
-                        output_over_limit(server, session, &wbuf, &mut over_soft_since)
-                    {
-                        return Closed::Limit(why);
+                    // Between requests the limits matter only once the output has
+                    // outgrown what Redis keeps in a client's fixed reply buffer
+                    // (it checks them as replies spill past it); after the batch
+                    // they are checked whatever the size.
+                    if wbuf.len() > REPLY_CHUNK {
+                        if let Some(why) =
+                            output_over_limit(server, session, &wbuf, &mut over_soft_since)
+                        {
+                            return Closed::Limit(why);
+                        }
                     }
                 }
                 Ok(false) => break,
