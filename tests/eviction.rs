@@ -232,6 +232,43 @@ fn policy_and_limit_are_settable_at_run_time_and_volatile_lru_spares_persistent_
     assert!(info_field(&mut con, "evicted_keys") >= 70);
 }
 
+/// After FLUSHALL ASYNC the old keyspace is still being freed in the background:
+/// a write that finds memory over the limit waits for it, neither evicting the
+/// keys written since nor refusing with OOM.
+#[test]
+fn writes_after_flushall_async_wait_for_the_memory_instead_of_evicting() {
+    let s = TestServer::start_with(&["--maxmemory", "64mb", "--maxmemory-policy", "noeviction"]);
+    let mut con = s.conn();
+    let value = vec![b'v'; 1000];
+    let mut i = 0;
+    // Fill to the limit: noeviction refuses the write that would pass it.
+    loop {
+        let mut p = redis::pipe();
+        for _ in 0..1000 {
+            p.cmd("SET").arg(format!("k:{i}")).arg(&value);
+            i += 1;
+        }
+        let replies: Vec<redis::RedisResult<redis::Value>> = match p.query(&mut con) {
+            Ok(v) => v,
+            Err(_) => break,
+        };
+        if replies.iter().any(|r| r.is_err()) {
+            break;
+        }
+    }
+    let () = redis::cmd("FLUSHALL").arg("ASYNC").query(&mut con).unwrap();
+    for j in 0..1000 {
+        let () = redis::cmd("SET")
+            .arg(format!("after:{j}"))
+            .arg(&value)
+            .query(&mut con)
+            .unwrap_or_else(|e| panic!("SET after:{j} right after FLUSHALL ASYNC: {e}"));
+    }
+    let n: u64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert_eq!(n, 1000);
+    assert_eq!(info_field(&mut con, "evicted_keys"), 0);
+}
+
 #[test]
 fn object_idletime_reports_recency() {
     let s = TestServer::start();

@@ -152,6 +152,27 @@ fn touch_counts_existing_keys() {
 
 // ---- KEYS ----------------------------------------------------------------------
 
+/// Past 10k keys KEYS walks the keyspace off its worker: same answer.
+#[test]
+fn keys_over_a_big_keyspace_finds_every_match() {
+    const N: usize = 30_000;
+    let srv = TestServer::start();
+    let mut con = srv.conn();
+    for batch in (0..N).collect::<Vec<_>>().chunks(5_000) {
+        let mut mset = redis::cmd("MSET");
+        for i in batch {
+            mset.arg(format!("k:{i}")).arg("v");
+        }
+        mset.query::<()>(&mut con).unwrap();
+    }
+    let all: HashSet<String> = q(&mut con, &["KEYS", "*"]);
+    assert_eq!(all.len(), N);
+    assert!(all.contains("k:0") && all.contains(&format!("k:{}", N - 1)));
+    // k:2, k:20..k:29, k:200..k:299, k:2000..k:2999, k:20000..k:29999
+    let twos: Vec<String> = q(&mut con, &["KEYS", "k:2*"]);
+    assert_eq!(twos.len(), 1 + 10 + 100 + 1000 + 10_000);
+}
+
 #[test]
 fn keys_matches_glob_patterns() {
     let s = TestServer::start();

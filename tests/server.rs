@@ -475,6 +475,89 @@ fn dbsize_flushdb_flushall() {
     );
 }
 
+fn memory_field(con: &mut Connection, name: &str) -> u64 {
+    info_field(&info(con, "memory"), name)
+        .unwrap_or_else(|| panic!("no {name} in INFO memory"))
+        .parse()
+        .unwrap()
+}
+
+/// Stores `n` keys of 100-byte values, pipelined.
+fn fill(con: &mut Connection, n: usize) {
+    for batch in (0..n).collect::<Vec<_>>().chunks(10_000) {
+        let mut p = redis::pipe();
+        for i in batch {
+            p.cmd("SET")
+                .arg(format!("k:{i}"))
+                .arg(&[b'v'; 100][..])
+                .ignore();
+        }
+        p.query::<()>(con).unwrap();
+    }
+}
+
+/// The flushed keyspace is freed on the lazy-free thread: FLUSHALL (SYNC, the
+/// default) still replies only once the memory is back, as Redis 7's; ASYNC
+/// replies at once, the keyspace already empty, and the memory comes back soon.
+#[test]
+fn flush_frees_sync_before_reply_async_after() {
+    const N: usize = 200_000;
+    let srv = TestServer::start();
+    let mut con = srv.conn();
+    let base = memory_field(&mut con, "used_memory");
+    fill(&mut con, N);
+    let full = memory_field(&mut con, "used_memory");
+    assert!(full > base + (N * 100) as u64, "{base} -> {full}");
+    let near_base = |used: u64| used < base + (full - base) / 10;
+
+    assert_eq!(query(&mut con, &["FLUSHALL"]).unwrap(), Value::Okay);
+    let used = memory_field(&mut con, "used_memory");
+    assert!(
+        near_base(used),
+        "after FLUSHALL: {base} -> {full} -> {used}"
+    );
+    assert_eq!(memory_field(&mut con, "lazyfree_pending_objects"), 0);
+    let freed = memory_field(&mut con, "lazyfreed_objects");
+    assert!(freed > 0, "the keyspace was not freed in the background");
+
+    fill(&mut con, N);
+    assert_eq!(query(&mut con, &["FLUSHDB", "ASYNC"]).unwrap(), Value::Okay);
+    let n: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert_eq!(n, 0);
+    query(&mut con, &["SET", "after", "v"]).unwrap();
+    assert_eq!(
+        query(&mut con, &["GET", "after"]).unwrap(),
+        Value::BulkString(b"v".to_vec())
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let used = memory_field(&mut con, "used_memory");
+        if near_base(used) && memory_field(&mut con, "lazyfree_pending_objects") == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "FLUSHDB ASYNC never freed: {used}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(memory_field(&mut con, "lazyfreed_objects") > freed);
+
+    // Inside a transaction the shards stay locked while FLUSHALL SYNC waits.
+    fill(&mut con, 1000);
+    let replies: Vec<Value> = redis::pipe()
+        .atomic()
+        .cmd("FLUSHALL")
+        .arg("SYNC")
+        .cmd("SET")
+        .arg("x")
+        .arg("1")
+        .cmd("DBSIZE")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(replies, vec![Value::Okay, Value::Okay, Value::Int(1)]);
+}
+
 #[test]
 fn time_lastsave_save_swapdb() {
     let srv = TestServer::start();

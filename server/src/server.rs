@@ -118,6 +118,15 @@ impl Server {
         if max == 0 || self.data_memory() + incoming <= max {
             return Ok(());
         }
+        if crate::offload::pending_frees() > 0 {
+            // What a FLUSHALL ASYNC let go of is still being freed: wait for it,
+            // off the worker, rather than evict the keys written since or refuse
+            // with OOM (Redis's eviction also waits for its lazy-free jobs).
+            crate::offload::offload(crate::offload::wait_freed);
+            if self.data_memory() + incoming <= max {
+                return Ok(());
+            }
+        }
         let policy = self.config.policy();
         let samples = self.config.maxmemory_samples.load(Relaxed) as usize;
         let (evicted, still_over) = self.evictor.evict(

@@ -338,8 +338,12 @@ fn info_memory(server: &Server, out: &mut String) {
     field(out, "mem_allocator", "libc");
     // Its maps grow all at once, never rehashing step by step as Redis's dicts.
     field(out, "mem_overhead_db_hashtable_rehashing", 0);
-    field(out, "lazyfree_pending_objects", 0);
-    field(out, "lazyfreed_objects", 0);
+    field(
+        out,
+        "lazyfree_pending_objects",
+        crate::offload::pending_frees(),
+    );
+    field(out, "lazyfreed_objects", crate::offload::lazyfreed());
 }
 
 fn info_persistence(server: &Server, out: &mut String) {

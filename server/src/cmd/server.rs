@@ -98,15 +98,23 @@ fn dbsize(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     Ok(Frame::Integer(ctx.server.db.len() as i64))
 }
 
-/// FLUSHDB and FLUSHALL (one database: the same thing). `ASYNC` is accepted and
-/// runs synchronously: the shards are cleared under their write locks either way.
+/// FLUSHDB and FLUSHALL (one database: the same thing). The shards are emptied
+/// under their write locks and their old contents freed on the lazy-free thread.
+/// `ASYNC` replies at once, as Redis's; `SYNC`, the default (relcache has no
+/// `lazyfree-lazy-user-flush`), replies once the memory is back — waiting off the
+/// worker and, outside a transaction, with the shards unlocked.
 fn flush(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    match args {
-        [_] => {}
-        [_, mode] if eq_ic(mode, "async") || eq_ic(mode, "sync") => {}
+    let sync = match args {
+        [_] => true,
+        [_, mode] if eq_ic(mode, "async") => false,
+        [_, mode] if eq_ic(mode, "sync") => true,
         _ => return Err(CmdError::Syntax),
-    }
+    };
     ctx.view().clear_all();
+    if sync && crate::offload::pending_frees() > 0 {
+        ctx.release_view();
+        crate::offload::offload(crate::offload::wait_freed);
+    }
     Ok(Frame::ok())
 }
 

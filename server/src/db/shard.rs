@@ -15,6 +15,10 @@ use super::entry::{Entry, Value};
 use super::key::Key;
 use super::lease::Leases;
 
+/// A cleared shard with more keys than this is freed on the lazy-free thread
+/// (Redis's `LAZYFREE_THRESHOLD` is 64 allocations).
+const INLINE_FREE_MAX: usize = 64;
+
 /// What a WATCHing connection shares with the shards: set when a watched key changes.
 pub type WatchFlag = Arc<AtomicBool>;
 
@@ -142,8 +146,15 @@ impl ShardMap {
                 flags.iter().for_each(|f| f.store(true, Relaxed));
             }
         }
-        self.map = IndexMap::default();
-        self.volatile = IndexSet::default();
+        // A shard of a big keyspace holds thousands of entries: freeing them all
+        // here would keep a FLUSHALL's worker from its other clients.
+        let old = (
+            std::mem::take(&mut self.map),
+            std::mem::take(&mut self.volatile),
+        );
+        if n > INLINE_FREE_MAX {
+            crate::offload::free_later(old);
+        }
         n
     }
 
