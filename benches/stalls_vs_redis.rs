@@ -40,6 +40,8 @@
 #[path = "../tests/harness/mod.rs"]
 mod harness;
 
+use harness::{env_u64, median};
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -341,23 +343,6 @@ fn measure(t: &Target, op: Op, sizes: &Sizes) -> Row {
         op_ms: ms(to - from),
         cpu_ms: cpu as f64 / 1e6,
     }
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 fn main() {

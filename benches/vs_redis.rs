@@ -29,6 +29,8 @@
 #[path = "../tests/harness/mod.rs"]
 mod harness;
 
+use harness::{env_u64, median};
+
 use std::process::Command;
 
 use harness::real_redis::RedisServer;
@@ -107,23 +109,6 @@ fn run_benchmark(port: u16, pid: u32, c: Config) -> Row {
         "unexpected redis-benchmark output:\n{stdout}"
     );
     rows[0]
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 /// Results of one server for one (test, pipeline) cell, over all rounds.

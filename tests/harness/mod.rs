@@ -522,3 +522,22 @@ pub fn python_checks(script: &str, port: u16) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The median of `v` (sorted in place); for the benches' rounds.
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// A number from the environment (a bench's size or round count), or `default`.
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
