@@ -19,7 +19,6 @@
 //! [`wait_freed`] waits for it where memory must be back before a reply (FLUSHALL
 //! SYNC).
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{self, Sender};
 use std::sync::OnceLock;
 
@@ -45,10 +44,11 @@ pub fn offload<R>(f: impl FnOnce() -> R) -> R {
 /// The lazy-free thread's queue, and how far it has got.
 struct Freer {
     queue: Sender<Box<dyn Send>>,
-    /// Objects queued and not yet dropped; `drained` is signalled when it is zero.
-    pending: Mutex<u64>,
-    drained: Condvar,
-    freed: AtomicU64,
+    /// (objects queued, objects dropped) so far; `progress` is signalled after
+    /// each drop. The queue is FIFO, so an object is gone once `dropped` reaches
+    /// the `queued` count its queueing made.
+    counts: Mutex<(u64, u64)>,
+    progress: Condvar,
 }
 
 fn freer() -> &'static Freer {
@@ -62,20 +62,15 @@ fn freer() -> &'static Freer {
                     drop(g);
                     // Only sent to once FREER is set.
                     let f = FREER.get().expect("lazy-free queue");
-                    f.freed.fetch_add(1, Relaxed);
-                    let mut pending = f.pending.lock();
-                    *pending -= 1;
-                    if *pending == 0 {
-                        f.drained.notify_all();
-                    }
+                    f.counts.lock().1 += 1;
+                    f.progress.notify_all();
                 }
             })
             .expect("start the lazy-free thread");
         Freer {
             queue,
-            pending: Mutex::new(0),
-            drained: Condvar::new(),
-            freed: AtomicU64::new(0),
+            counts: Mutex::new((0, 0)),
+            progress: Condvar::new(),
         }
     })
 }
@@ -84,31 +79,35 @@ fn freer() -> &'static Freer {
 /// big (a keyspace, a huge value) does not spend its worker freeing it.
 pub fn free_later<T: Send + 'static>(garbage: T) {
     let f = freer();
-    *f.pending.lock() += 1;
+    f.counts.lock().0 += 1;
     if let Err(mpsc::SendError(g)) = f.queue.send(Box::new(garbage)) {
         // The thread is gone (it panicked): free here rather than leak.
-        *f.pending.lock() -= 1;
         drop(g);
+        f.counts.lock().1 += 1;
     }
 }
 
 /// Objects handed to [`free_later`] and not yet freed (INFO's
 /// `lazyfree_pending_objects`).
 pub fn pending_frees() -> u64 {
-    *freer().pending.lock()
+    let (queued, dropped) = *freer().counts.lock();
+    queued - dropped
 }
 
 /// Objects freed in the background so far (INFO's `lazyfreed_objects`).
 pub fn lazyfreed() -> u64 {
-    freer().freed.load(Relaxed)
+    freer().counts.lock().1
 }
 
-/// Blocks until everything handed to [`free_later`] so far has been freed. Run
-/// it [`offload`]ed: it can take as long as the freeing does.
+/// Blocks until everything handed to [`free_later`] before the call has been
+/// freed — not what others hand over meanwhile, so a steady stream of big
+/// replies cannot keep a FLUSHALL SYNC waiting. Run it [`offload`]ed: it can
+/// take as long as the freeing does.
 pub fn wait_freed() {
     let f = freer();
-    let mut pending = f.pending.lock();
-    while *pending > 0 {
-        f.drained.wait(&mut pending);
+    let mut counts = f.counts.lock();
+    let target = counts.0;
+    while counts.1 < target {
+        f.progress.wait(&mut counts);
     }
 }
