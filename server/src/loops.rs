@@ -3,8 +3,9 @@
 //! the loop with the fewest connections when it is accepted and lives there until
 //! it closes, as in Redis's I/O threads, Pelikan's workers or Dragonfly's shards.
 //!
-//! One runtime with a worker per core (tokio's work-stealing scheduler) cost a
-//! third more CPU per request than a single worker serving the same load: a task
+//! One runtime with a worker per core (tokio's work-stealing scheduler) cost ~15%
+//! more CPU per pipelined GET than a single worker serving the same load (1.3×
+//! Redis's against 1.03–1.07×, `vs_redis`-style runs on 2 cores): a task
 //! woken by one worker's epoll ran on whichever worker took it, with its session
 //! and buffers cold in that core's cache, and every batch of readiness woke a
 //! sleeping sibling (a futex round trip) to steal half of it. Loops that share
