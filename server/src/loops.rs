@@ -65,28 +65,52 @@ impl Loops {
         Ok(Loops { loops })
     }
 
-    /// Serves `stream` on the loop with the fewest connections: `serve` gets the
-    /// stream registered with that loop's epoll, and runs there until it returns.
-    /// `stream` must be in non-blocking mode (as an accepted tokio stream turned
-    /// into a std one is).
-    pub fn serve<F, Fut>(&self, tracker: &TaskTracker, stream: std::net::TcpStream, serve: F)
-    where
-        F: FnOnce(io::Result<TcpStream>) -> Fut + Send + 'static,
+    /// Serves each of `conns` on the loop with the fewest connections: `serve`
+    /// gets the stream registered with that loop's epoll, and what came with it,
+    /// and runs there until it returns. The streams must be in non-blocking mode.
+    ///
+    /// A batch reaches each loop as one task that spawns its connections from
+    /// inside, so handing over a burst of accepts wakes a loop once, not once per
+    /// connection (each wake of a loop sharing a core with the acceptor can
+    /// preempt it, and a burst of connects then outruns the listen queue).
+    pub fn serve<T, F, Fut>(
+        &self,
+        tracker: &TaskTracker,
+        conns: Vec<(std::net::TcpStream, T)>,
+        serve: F,
+    ) where
+        T: Send + 'static,
+        F: Fn(io::Result<TcpStream>, T) -> Fut + Clone + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let chosen = self
-            .loops
-            .iter()
-            .min_by_key(|l| l.conns.load(Relaxed))
-            .expect("at least one loop");
-        chosen.conns.fetch_add(1, Relaxed);
-        let leaving = Leaving(chosen.conns.clone());
-        chosen.rt.spawn(tracker.track_future(async move {
-            let _leaving = leaving;
-            // Registered from inside the loop: a stream belongs to the epoll of
-            // the runtime it is made in.
-            serve(TcpStream::from_std(stream)).await
-        }));
+        let mut batches: Vec<Vec<_>> = self.loops.iter().map(|_| Vec::new()).collect();
+        for (stream, with) in conns {
+            let (i, chosen) = self
+                .loops
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, l)| l.conns.load(Relaxed))
+                .expect("at least one loop");
+            chosen.conns.fetch_add(1, Relaxed);
+            batches[i].push((stream, with, Leaving(chosen.conns.clone())));
+        }
+        for (l, batch) in self.loops.iter().zip(batches) {
+            if batch.is_empty() {
+                continue;
+            }
+            let (tracker, serve) = (tracker.clone(), serve.clone());
+            l.rt.spawn(async move {
+                for (stream, with, leaving) in batch {
+                    let serve = serve.clone();
+                    tokio::spawn(tracker.track_future(async move {
+                        let _leaving = leaving;
+                        // Registered from inside the loop: a stream belongs to
+                        // the epoll of the runtime it is made in.
+                        serve(TcpStream::from_std(stream), with).await
+                    }));
+                }
+            });
+        }
     }
 
     /// Stops the loops once their connections have ended. Blocks: call it from a
