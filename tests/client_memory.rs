@@ -543,3 +543,54 @@ fn commands_queued_in_multi_keep_only_their_own_bytes() {
     );
     c.write_all(b"DISCARD\r\n").unwrap();
 }
+
+/// What a command keeps from its arguments beyond its reply (a subscription's
+/// channel, a client's library name) is a copy: a slice would keep the whole
+/// read buffer the request arrived in, 16 KB for a name of 20 bytes.
+#[test]
+fn kept_arguments_do_not_keep_their_read_buffers() {
+    const N: usize = 2000;
+    let srv = TestServer::start();
+    let mut con = srv.conn();
+    let mut sub = srv.raw();
+    let mut named: Vec<TcpStream> = Vec::new();
+    let before = used_memory(&mut con);
+    // One request per round trip, so each arrives in a read buffer of its own.
+    for i in 0..N {
+        let channel = format!("channel:{i}");
+        let request = multibulk([b"SUBSCRIBE".as_slice(), channel.as_bytes()].into_iter());
+        sub.write_all(&request).unwrap();
+        let reply = format!(
+            "*3\r\n$9\r\nsubscribe\r\n${}\r\n{channel}\r\n:{}\r\n",
+            channel.len(),
+            i + 1
+        );
+        let mut got = vec![0; reply.len()];
+        sub.read_exact(&mut got).unwrap();
+        assert_eq!(got, reply.as_bytes());
+    }
+    for i in 0..N / 10 {
+        let mut s = srv.raw();
+        let name = format!("lib{i}");
+        let request = multibulk(
+            [
+                b"CLIENT".as_slice(),
+                b"SETINFO",
+                b"LIB-NAME",
+                name.as_bytes(),
+            ]
+            .into_iter(),
+        );
+        harness::roundtrip(&mut s, &request, b"+OK\r\n");
+        named.push(s);
+    }
+    let grown = used_memory(&mut con) - before;
+    let per_subscription = grown / N as u64;
+    // Slices would have held 16 KB each (40 MB here); copies, connections and the
+    // registries' entries come to a few hundred bytes each.
+    assert!(
+        per_subscription < 2048,
+        "{grown} bytes for {N} subscriptions and {} named clients",
+        named.len()
+    );
+}

@@ -68,8 +68,11 @@ pub fn park(server: &Server, info: &ClientInfo, args: &mut Vec<Bytes>, wait: Wai
         info.parks.fetch_add(1, Relaxed);
         set_blocked(server, info, true);
     }
+    // Copied: slices would keep the whole read buffer they arrived in (16 KB) for
+    // as long as the command waits, which for thousands of lease waiters adds up.
+    let args = args.drain(..).map(|a| Bytes::copy_from_slice(&a)).collect();
     Parked {
-        args: std::mem::take(args),
+        args,
         wait,
         woken: false,
     }

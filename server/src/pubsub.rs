@@ -347,6 +347,9 @@ pub fn subscribe(
     let mut replies = Vec::with_capacity(names.len());
     let registry = &server.pubsub;
     for name in names {
+        // Kept for as long as the subscription lasts: a copy, not a slice that
+        // would keep the whole read buffer it arrived in.
+        let name = &Bytes::copy_from_slice(name);
         if sub.names(kind).insert(name.clone()) {
             let mut inner = registry.inner.write();
             let me = sub.me.clone();

@@ -502,7 +502,8 @@ fn client_setinfo(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             lossy(attr)
         )));
     }
-    *slot.lock() = (!value.is_empty()).then(|| value.clone());
+    // A copy, not a slice that would keep the read buffer for the connection's life.
+    *slot.lock() = (!value.is_empty()).then(|| Bytes::copy_from_slice(value));
     Ok(Frame::ok())
 }
 

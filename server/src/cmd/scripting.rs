@@ -183,7 +183,8 @@ fn cached(server: &Server, body: &Bytes, origin: Origin) -> Result<Arc<Script>, 
         runtime::compile(&server.scripts, &s).map_err(CmdError::Coded)?;
         return Ok(s);
     }
-    let script = Script::new(body.clone()).map_err(CmdError::Err)?;
+    // Cached for good: a copy, not a slice of the read buffer it arrived in.
+    let script = Script::new(Bytes::copy_from_slice(body)).map_err(CmdError::Err)?;
     runtime::compile(&server.scripts, &script).map_err(CmdError::Coded)?;
     let (script, evicted) = server.scripts.insert(Arc::new(script), origin);
     if evicted > 0 {

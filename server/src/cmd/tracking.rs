@@ -41,7 +41,8 @@ pub(super) fn client_tracking(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResul
             opts.noloop = true;
         } else if eq_ic(a, "prefix") && more {
             i += 1;
-            opts.prefixes.push(args[i].clone());
+            // Kept while tracking lasts: a copy, not a slice of the read buffer.
+            opts.prefixes.push(Bytes::copy_from_slice(&args[i]));
         } else {
             return Err(CmdError::Syntax);
         }
