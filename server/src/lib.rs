@@ -33,6 +33,7 @@ mod pubsub;
 mod script;
 mod server;
 mod session;
+mod spare;
 mod stats;
 mod tracking;
 

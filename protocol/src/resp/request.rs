@@ -39,6 +39,7 @@
 use std::ops::Range;
 
 use bytes::{Buf, Bytes, BytesMut};
+use smallvec::SmallVec;
 
 /// Longest `*<n>` or `$<len>` header line, type byte included, that may arrive
 /// without its CR (Redis's `PROTO_INLINE_MAX_SIZE`).
@@ -47,6 +48,8 @@ const MAX_HEADER_LINE: usize = 64 * 1024;
 /// Most argument slots reserved from a count alone: a client announcing a million
 /// arguments gets room for them only as they arrive.
 const MAX_PREALLOC: usize = 1024;
+/// Arguments whose places the decoder keeps without allocating.
+const INLINE_ARGS: usize = 8;
 
 /// Size limits applied while parsing, before anything is allocated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,7 +150,11 @@ impl RequestDecoder {
     /// Heap bytes the decoder holds: where each argument of the request under way
     /// lies, kept between reads. A server counts it as the client's memory.
     pub fn scratch_bytes(&self) -> usize {
-        self.progress.args.capacity() * std::mem::size_of::<Range<usize>>()
+        if self.progress.args.spilled() {
+            self.progress.args.capacity() * std::mem::size_of::<Range<usize>>()
+        } else {
+            0
+        }
     }
 
     /// Decodes one request from the front of `buf` into `args`.
@@ -253,8 +260,9 @@ struct Progress {
     count: Option<usize>,
     /// The length of the bulk whose `$<len>` line has been read; its data is at `pos`.
     bulk_len: Option<usize>,
-    /// Where each argument read so far lies.
-    args: Vec<Range<usize>>,
+    /// Where each argument read so far lies: in place for a request of a few
+    /// arguments (most are), so the decoder allocates nothing for them.
+    args: SmallVec<[Range<usize>; INLINE_ARGS]>,
 }
 
 impl Progress {
@@ -266,7 +274,7 @@ impl Progress {
         self.args.clear();
         // One huge request must not pin its argument table for the connection's life.
         if self.args.capacity() > 4 * MAX_PREALLOC {
-            self.args.shrink_to(MAX_PREALLOC);
+            self.args.shrink_to_fit();
         }
     }
 
@@ -303,7 +311,7 @@ impl Progress {
                 self.count = Some(count);
                 self.pos = len;
                 self.scanned = len;
-                self.args.reserve(count.min(MAX_PREALLOC));
+                self.args.reserve_exact(count.min(MAX_PREALLOC));
                 count
             }
         };
