@@ -10,9 +10,10 @@
 //!
 //! An idle connection holds no buffer: every buffer, the argument vector and the
 //! decoder's table are given back once empty (Redis 7 frees idle query buffers in
-//! its cron; here it happens at the end of each batch), small ones to the
-//! thread's spares ([`crate::spare`]), where its next connection with input reads. What the buffers hold is
-//! published as the client's memory ([`crate::client_memory`]), apart from data.
+//! its cron; here it happens at the end of each batch), small ones to the thread's
+//! spares ([`crate::spare`]), where its next connection with input reads. What the
+//! buffers hold is published as the client's memory ([`crate::client_memory`]),
+//! apart from data.
 //!
 //! This is only the I/O loop: what each request asks of it comes back from
 //! [`cmd::dispatch`] as a [`Flow`], and a command that has to wait is kept and
@@ -229,7 +230,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
             // No request under way: the buffer (which may still be part of the
             // last large request's allocation), the argument vector and the
             // decoder's table go, so an idle connection holds nothing. Small ones
-            // go to the loop's spares for the next connection with input.
+            // go to the thread's spares for the next connection with input.
             // Before the write, so a client that has its reply finds them gone.
             spare::give_bytes(std::mem::take(&mut rbuf));
             spare::give_args(std::mem::take(&mut args));
@@ -417,7 +418,7 @@ fn footprint(
 
 fn try_read(server: &Server, stream: &TcpStream, rbuf: &mut BytesMut) -> io::Result<usize> {
     if rbuf.capacity() == 0 {
-        // No request under way: read into one of the loop's spare buffers.
+        // No request under way: read into one of the thread's spare buffers.
         *rbuf = spare::take_bytes();
     } else if rbuf.capacity() - rbuf.len() < READ_CHUNK {
         // Part of a request is here: the rest goes straight after it. Growing a
