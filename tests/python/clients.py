@@ -142,10 +142,18 @@ def client_side_cache(port: int) -> None:
 
     other.execute_command("IDSET.ADD", "u:1:following", 7)
     other.set("csc:k", "2")
-    # redis-py reads pending invalidations before each command it sends.
-    assert r.sismember("u:1:following", 7) == 1
-    assert r.get("csc:k") == "2"
-    assert calls("sismember") == before[0] + 1, "re-read after the invalidation"
+    # redis-py reads pending invalidations before each command it sends. The
+    # invalidation is written by the reading client's own connection, on its own
+    # thread, so on a loaded machine it can land a moment after the writer's
+    # reply: wait for it (without it the cached answers would never change).
+    deadline = time.monotonic() + 5
+    while r.sismember("u:1:following", 7) != 1:
+        assert time.monotonic() < deadline, "no invalidation for the idset"
+        time.sleep(0.01)
+    while r.get("csc:k") != "2":
+        assert time.monotonic() < deadline, "no invalidation for the string"
+        time.sleep(0.01)
+    assert calls("sismember") == before[0] + 1, "re-read once, after the invalidation"
     r.close()
 
 
