@@ -874,7 +874,7 @@ fn a_thousand_concurrent_connects_all_complete_without_a_retry() {
     // but they count every listener on the machine, and other work on a busy
     // machine can still hold the accepting thread off its core: a clean burst in
     // three is the bar. (Under `taskset -c 0`, this file overflowed all three
-    // bursts in four runs of six; one in seven once the listener drained its
+    // bursts in four runs of six; one in eight once the listener drained its
     // queue with bare accepts and handed connections over in batches; none in
     // six once these clients also ran idle-class.)
     let mut bursts = Vec::new();
