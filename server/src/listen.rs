@@ -137,7 +137,7 @@ async fn accept_loop(
         // connects lets its other tasks run after every that many accepts.
         let cap = server.config.max_new_connections_per_cycle.load(Relaxed) as usize;
         let mut accepted = Vec::with_capacity(cap);
-        let mut stopped_early = false;
+        let (mut drained, mut failed) = (false, false);
         while accepted.len() < cap {
             match listener.get_ref().accept() {
                 Ok((stream, addr)) => {
@@ -145,23 +145,23 @@ async fn accept_loop(
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     ready.clear_ready();
-                    stopped_early = true;
+                    drained = true;
                     break;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    // EMFILE and friends: back off instead of spinning on accept.
                     tracing::warn!(error = %e, "accept failed");
-                    drop(ready);
-                    loops.serve(&tracker, std::mem::take(&mut accepted), serve_conn);
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    stopped_early = true;
+                    failed = true;
                     break;
                 }
             }
         }
+        drop(ready);
         loops.serve(&tracker, accepted, serve_conn);
-        if !stopped_early {
+        if failed {
+            // EMFILE and friends: back off instead of spinning on accept.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        } else if !drained {
             tokio::task::yield_now().await;
         }
     }
