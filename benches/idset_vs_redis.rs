@@ -9,7 +9,9 @@
 //! - SMISMEMBER with 100 ids, at -P 16 -c 50 and -P 1 -c 50, in ids checked per second,
 //!   and relcache's binary batch form IDSET.MEXISTSBIN on the same probes;
 //! - the time to load one 20,000-id set (relcache: one prebuilt SET and one SADD of
-//!   decimal ids; Redis: one SADD);
+//!   decimal ids; Redis: one SADD), as the client waits for it and as server CPU
+//!   time (from `/proc/PID/stat`, over 300 loads into fresh keys, one at a time), the
+//!   prebuilt SET under both levels of `idset-table-check`;
 //! - GET p99 from other clients while one client loads 20,000-id sets 50 times a
 //!   second, against GET p99 on an idle server.
 //!
@@ -115,6 +117,40 @@ fn time_one(t: &Target, req: &[u8], reps: usize) -> f64 {
         assert!(!r[0].is_error(), "{:?}", r[0]);
     }
     median(samples)
+}
+
+/// Server CPU time per load, µs: `LOADS` loads one at a time, each into a fresh key
+/// (`req` names key "big:0000", whose digits are replaced), then the same loads again
+/// over those keys, the keys dropped after. Returns both passes: into fresh memory
+/// (the kernel faulting in every new page) and replacing a key's value (memory the
+/// allocator reuses, as a full cache's loads do). Clock ticks are 10 ms, so the runs
+/// are long: 300 loads of at least a tenth of a millisecond of server time each.
+fn load_cpu(t: &Target, req: &[u8]) -> (f64, f64) {
+    const LOADS: usize = 300;
+    let at = req
+        .windows(8)
+        .position(|w| w == b"big:0000")
+        .expect("a request with key big:0000");
+    let reqs: Vec<Vec<u8>> = (0..LOADS)
+        .map(|i| {
+            let mut r = req.to_vec();
+            r[at + 4..at + 8].copy_from_slice(format!("{i:04}").as_bytes());
+            r
+        })
+        .collect();
+    let mut s = t.connect();
+    let mut pass = || {
+        let before = support::harness::cpu_ns(t.pid());
+        for r in &reqs {
+            std::io::Write::write_all(&mut s, r).unwrap();
+            let reply = support::read_replies(&mut s, 1, &mut Vec::new()).unwrap();
+            assert!(!reply[0].is_error(), "{:?}", reply[0]);
+        }
+        (support::harness::cpu_ns(t.pid()) - before) as f64 / LOADS as f64 / 1e3
+    };
+    let (fresh, replace) = (pass(), pass());
+    roundtrip(&mut t.connect(), &[b"FLUSHALL"]).unwrap();
+    (fresh, replace)
 }
 
 fn get_p99_under_load(t: &Target, loading: bool) -> f64 {
@@ -229,6 +265,46 @@ fn main() {
     let red_sadd = time_one(&redis, &sadd, reps);
     println!("| load one {BIG_SET}-id set, µs (relcache: prebuilt SET; redis: SADD) | {rel_set:.0} | {red_sadd:.0} | {:.1}x faster |", red_sadd / rel_set);
     println!("| load one {BIG_SET}-id set with SADD of decimal ids, µs | {rel_sadd:.0} | {red_sadd:.0} | {:.1}x faster |", red_sadd / rel_sadd);
+
+    // Server CPU per load, rounds alternating between the servers (and, for
+    // relcache's prebuilt table, between the two check levels).
+    let keyed = |args: &[&[u8]]| {
+        let mut a = args.to_vec();
+        a[1] = b"big:0000";
+        encode(&a)
+    };
+    let table_req = keyed(&[b"SET", b"big", &Builder::new().build(&big)]);
+    let sadd_req = keyed(&sadd_args);
+    let check_level = |level: &[u8]| {
+        roundtrip(
+            &mut relcache.connect(),
+            &[b"CONFIG", b"SET", b"idset-table-check", level],
+        )
+        .unwrap();
+    };
+    let (mut sample, mut full, mut rel_dec, mut red_dec) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..rounds {
+        check_level(b"sample");
+        sample.push(load_cpu(&relcache, &table_req));
+        check_level(b"full");
+        full.push(load_cpu(&relcache, &table_req));
+        check_level(b"sample");
+        rel_dec.push(load_cpu(&relcache, &sadd_req).0);
+        // The second pass would add nothing to Redis's sets: only the first counts.
+        red_dec.push(load_cpu(&redis, &sadd_req).0);
+    }
+    let fresh = |v: &[(f64, f64)]| median(v.iter().map(|p| p.0).collect());
+    let replace = |v: &[(f64, f64)]| median(v.iter().map(|p| p.1).collect());
+    let (rel_dec, red_dec) = (median(rel_dec), median(red_dec));
+    for (what, v) in [
+        ("idset-table-check sample", &sample),
+        ("idset-table-check full", &full),
+    ] {
+        for (into, cpu) in [("a fresh key", fresh(v)), ("a key it replaces", replace(v))] {
+            println!("| server CPU per {BIG_SET}-id load, µs (relcache: prebuilt SET into {into}, {what}; redis: SADD into a fresh key) | {cpu:.0} | {red_dec:.0} | {:.1}x less |", red_dec / cpu);
+        }
+    }
+    println!("| same, both SADD of decimal ids into a fresh key | {rel_dec:.0} | {red_dec:.0} | {:.1}x less |", red_dec / rel_dec);
 
     let idle = alternate(&targets, rounds, |t| get_p99_under_load(t, false));
     let loaded = alternate(&targets, rounds, |t| get_p99_under_load(t, true));

@@ -117,16 +117,67 @@ fn assert_refused(con: &mut Connection, key: &str, bytes: &[u8]) {
     );
 }
 
+/// The audit's first table: 1,000,003 slots, all DELETED but one EMPTY, and 100 ids
+/// each 5,000 slots into its probe sequence.
+fn one_empty_audit_table() -> (Vec<u8>, Vec<u64>) {
+    let ids: Vec<u64> = (1..=100).map(|i| i << 32).collect();
+    all_deleted(1_000_003, 0, &ids, 5_000)
+}
+
+#[test]
+fn under_the_default_sample_the_audits_table_is_bounded_all_the_same() {
+    // The sample proves the placement of about 256 of the million slots, which the
+    // 100 ids all miss: the table is stored. What kept it harmless under the full
+    // check keeps it harmless here: no lookup reads past 128 slots, so each of its
+    // ids is simply not found, at once, and other clients are not held up.
+    let s = TestServer::start();
+    let mut con = s.conn();
+    let (bytes, placed) = one_empty_audit_table();
+    set_table(&mut con, "audit", &bytes).unwrap();
+    let card: i64 = redis::cmd("SCARD").arg("audit").query(&mut con).unwrap();
+    assert_eq!(card, placed.len() as i64, "counted as laid out");
+    // Its ids, 5,000 slots in, are past the bound: not found.
+    let found: Vec<i64> = redis::cmd("IDSET.MEXISTS")
+        .arg("audit")
+        .arg(&placed)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(found, vec![0; placed.len()]);
+    // 1,000 absent ids: unbounded, each would walk to the one EMPTY slot.
+    let absent: Vec<u64> = (1..=1_000u64).map(|i| (i << 40) | 7).collect();
+    let unbounded: u64 = absent
+        .iter()
+        .map(|&id| depth_of(id, DEFAULT_SEED, 1_000_003, 0) + 1)
+        .sum();
+    assert!(
+        unbounded > 1_000 * 1_000 * u64::from(MAX_PROBE),
+        "{unbounded}"
+    );
+    let started = Instant::now();
+    let found: Vec<i64> = redis::cmd("IDSET.MEXISTS")
+        .arg("audit")
+        .arg(&absent)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(found, vec![0; absent.len()]);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    let pong: String = redis::cmd("PING").query(&mut s.conn()).unwrap();
+    assert_eq!(pong, "PONG");
+}
+
 #[test]
 fn the_audits_degenerate_tables_are_refused() {
-    let s = TestServer::start();
+    // Every id's placement proven, as before `idset-table-check sample` existed.
+    let s = TestServer::start_with(&["--idset-table-check", "full"]);
     let mut con = s.conn();
 
     // 1,000,003 slots, one EMPTY, and ids placed 5,000 slots into their sequences:
     // reachable, and within the old total budget, so it validated before.
-    let cap = 1_000_003;
-    let ids: Vec<u64> = (1..=100).map(|i| i << 32).collect();
-    let (bytes, placed) = all_deleted(cap, 0, &ids, 5_000);
+    let (bytes, placed) = one_empty_audit_table();
     assert!(placed.len() > 90, "{} placed", placed.len());
     assert_refused(&mut con, "audit:one-empty", &bytes);
 

@@ -179,11 +179,21 @@ fn a_damaged_payload_changes_nothing() {
 
     let mut flipped = good.clone();
     flipped[40] ^= 1;
-    // A slot changed with the CRC fixed up: the table's own checks refuse it.
+    // A slot made a tombstone with the CRC fixed up: the table's structure check
+    // (which is what a payload gets by default) refuses it.
     let mut slot = good.clone();
     let n = slot.len();
-    slot[n - FOOTER_LEN - 8] ^= 0x55;
+    slot[n - FOOTER_LEN - 8..n - FOOTER_LEN].fill(0xff);
     let slot = recrc(slot);
+    // An id changed instead: the structure holds, the placement does not, which
+    // only `idset-table-check full` proves for a payload.
+    let last_id = (1..)
+        .map(|k| n - FOOTER_LEN - 8 * k)
+        .find(|&at| good[at..at + 8] != [0; 8])
+        .unwrap();
+    let mut moved = good.clone();
+    moved[last_id] ^= 0x55;
+    let moved = recrc(moved);
     let mut newer = good.clone();
     newer[n - FOOTER_LEN] = 13;
     let newer = recrc(newer);
@@ -203,8 +213,18 @@ fn a_damaged_payload_changes_nothing() {
             );
         }
     }
+    assert_eq!(c.text(&[b"RESTORE", b"moved", b"0", &moved]), "+OK\r\n");
+    assert_eq!(
+        c.text(&[b"CONFIG", b"SET", b"idset-table-check", b"full"]),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        c.text(&[b"RESTORE", b"new", b"0", &moved]),
+        "-ERR Bad data format\r\n"
+    );
     assert_eq!(c.bulk(&[b"DUMP", b"k"]), Some(before));
     assert_eq!(c.int(&[b"EXISTS", b"new"]), 0);
+    assert_eq!(c.int(&[b"SCARD", b"moved"]), 1000);
     // A string that starts like a table but is not one is refused too.
     let fake = encode_string(&table[..40]);
     assert_eq!(

@@ -40,6 +40,13 @@ impl Target {
         }
     }
 
+    pub fn pid(&self) -> u32 {
+        match self {
+            Target::Relcache(s) => s.pid(),
+            Target::Redis(r) => r.pid(),
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Target::Relcache(_) => "relcache",

@@ -26,7 +26,9 @@
 //!   under a type byte of relcache's own that Redis refuses (`Bad data format`).
 //!   `seq` is the set's sequence number (the newest sequenced change it reflects),
 //!   kept across a move so write-throughs stay in order. The table goes through
-//!   [`crate::idset::validate`], exactly as `IDSET.LOAD … TABLE` does.
+//!   [`crate::idset::check`] at the level the caller asks for: a relcache decoding
+//!   a payload another relcache wrote checks its structure, or everything under
+//!   `idset-table-check full`.
 //!
 //! Expiry is not in the payload: RESTORE and MIGRATE carry the TTL beside it.
 //!
@@ -36,7 +38,7 @@
 
 use std::borrow::Cow;
 
-use crate::idset::validate;
+use crate::idset::{check, Check};
 
 /// The type byte of a string (RDB's `RDB_TYPE_STRING`).
 pub const TYPE_STRING: u8 = 0;
@@ -83,7 +85,7 @@ pub enum DumpError {
 pub enum Value<'a> {
     /// A string (owned when the payload held it as an integer or compressed).
     Str(Cow<'a, [u8]>),
-    /// An idset: a table that [`validate`] accepted, as of change `seq`.
+    /// An idset: a table that [`check`] accepted, as of change `seq`.
     IdSet { table: &'a [u8], seq: u64 },
 }
 
@@ -130,14 +132,14 @@ fn finish(mut out: Vec<u8>) -> Vec<u8> {
     out
 }
 
-/// Checks the footer and decodes the value, validating an idset table in full
-/// (O(its length)).
+/// Checks the footer and decodes the value, checking an idset table as deeply as
+/// `how` says (O(its length)).
 ///
 /// # Errors
 ///
 /// [`DumpError::VersionOrChecksum`] for a bad footer, [`DumpError::BadData`] for
 /// a bad value; nothing else is read from a payload that fails.
-pub fn decode(payload: &[u8]) -> Result<Value<'_>, DumpError> {
+pub fn decode(payload: &[u8], how: Check) -> Result<Value<'_>, DumpError> {
     let body_len = payload
         .len()
         .checked_sub(FOOTER_LEN)
@@ -155,7 +157,7 @@ pub fn decode(payload: &[u8]) -> Result<Value<'_>, DumpError> {
             let seq = read_u64_le(&mut rest)?;
             let len = read_u64_le(&mut rest)?;
             let table = take(&mut rest, len)?;
-            validate(table).map_err(|_| DumpError::BadData)?;
+            check(table, how).map_err(|_| DumpError::BadData)?;
             Value::IdSet { table, seq }
         }
         _ => return Err(DumpError::BadData),
@@ -273,7 +275,11 @@ mod tests {
         for n in [0, 1, 63, 64, 16383, 16384, 70000] {
             let v: Vec<u8> = (0..n).map(|i| i as u8).collect();
             let p = encode_string(&v);
-            assert_eq!(decode(&p), Ok(Value::Str(Cow::Borrowed(&v[..]))), "{n}");
+            assert_eq!(
+                decode(&p, Check::Full),
+                Ok(Value::Str(Cow::Borrowed(&v[..]))),
+                "{n}"
+            );
         }
     }
 
@@ -282,7 +288,7 @@ mod tests {
         let table = Builder::new().build(&[1, 2, 3, u64::MAX]);
         let p = encode_idset(&table, 42);
         assert_eq!(
-            decode(&p),
+            decode(&p, Check::Full),
             Ok(Value::IdSet {
                 table: &table,
                 seq: 42
@@ -302,7 +308,7 @@ mod tests {
     #[test]
     fn redis_s_string_encodings_are_read() {
         // What Redis 7 writes for SET k 12, SET k -300, SET k 100000.
-        let int = |b: &[u8]| match decode(&with_footer(b, 10)).unwrap() {
+        let int = |b: &[u8]| match decode(&with_footer(b, 10), Check::Full).unwrap() {
             Value::Str(s) => Value::Str(Cow::Owned(s.into_owned())),
             other => panic!("{other:?}"),
         };
@@ -326,7 +332,7 @@ mod tests {
         // Redis 7.0's own DUMP of the same string, byte for byte.
         let redis = b"\x00\xc3\x09\x1e\x01aa\xe0\x11\x00\x01aa\x0a\x00Es|\xbb+d{\xbb";
         assert_eq!(
-            decode(redis).map(|v| v == Value::Str(Cow::Owned(vec![b'a'; 30]))),
+            decode(redis, Check::Full).map(|v| v == Value::Str(Cow::Owned(vec![b'a'; 30]))),
             Ok(true)
         );
     }
@@ -334,12 +340,21 @@ mod tests {
     #[test]
     fn bad_footers_and_bodies_are_told_apart() {
         let good = encode_string(b"hello");
-        assert_eq!(decode(&good[..9]), Err(DumpError::VersionOrChecksum));
+        assert_eq!(
+            decode(&good[..9], Check::Full),
+            Err(DumpError::VersionOrChecksum)
+        );
         let mut flipped = good.clone();
         flipped[3] ^= 1;
-        assert_eq!(decode(&flipped), Err(DumpError::VersionOrChecksum));
         assert_eq!(
-            decode(&with_footer(&good[..good.len() - FOOTER_LEN], 13)),
+            decode(&flipped, Check::Full),
+            Err(DumpError::VersionOrChecksum)
+        );
+        assert_eq!(
+            decode(
+                &with_footer(&good[..good.len() - FOOTER_LEN], 13),
+                Check::Full
+            ),
             Err(DumpError::VersionOrChecksum)
         );
         for body in [
@@ -350,7 +365,7 @@ mod tests {
             &[0, 0xC4],
         ] {
             assert_eq!(
-                decode(&with_footer(body, 9)),
+                decode(&with_footer(body, 9), Check::Full),
                 Err(DumpError::BadData),
                 "{body:?}"
             );
@@ -360,6 +375,6 @@ mod tests {
         let last = table.len() - 1;
         table[last] ^= 0x40;
         let p = encode_idset(&table, 0);
-        assert_eq!(decode(&p), Err(DumpError::BadData));
+        assert_eq!(decode(&p, Check::Full), Err(DumpError::BadData));
     }
 }

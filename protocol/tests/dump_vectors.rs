@@ -6,7 +6,7 @@ mod doc_vectors;
 use std::borrow::Cow;
 
 use relcache_protocol::dump::{decode, encode_idset, encode_string, Value};
-use relcache_protocol::idset::Builder;
+use relcache_protocol::idset::{Builder, Check};
 
 /// The vector `dump: <name>` of DUMP.md.
 fn vector(name: &str) -> Vec<u8> {
@@ -23,7 +23,10 @@ fn hex(b: &[u8]) -> String {
 fn string_payload_matches_the_document() {
     let p = encode_string(b"hello");
     assert_eq!(hex(&p), hex(&vector("string")));
-    assert_eq!(decode(&p), Ok(Value::Str(Cow::Borrowed(&b"hello"[..]))));
+    assert_eq!(
+        decode(&p, Check::Full),
+        Ok(Value::Str(Cow::Borrowed(&b"hello"[..])))
+    );
 }
 
 #[test]
@@ -32,7 +35,7 @@ fn idset_payload_matches_the_document() {
     let p = encode_idset(&table, 42);
     assert_eq!(hex(&p), hex(&vector("idset")));
     assert_eq!(
-        decode(&p),
+        decode(&p, Check::Full),
         Ok(Value::IdSet {
             table: &table,
             seq: 42

@@ -1,10 +1,12 @@
 //! One test per validator error (input crafted by hand, message checked), plus the
-//! header-only `open` and the helpers around `validate`.
+//! header-only `open`, the helpers around `validate`, and what each level of `check`
+//! proves.
 
 use relcache_protocol::idset::{
-    hash, looks_like_table, start_and_step, validate, validate_mut, Builder, FormatError, Header,
-    TableMut, TableRef, DELETED, EMPTY, HEADER_LEN, MAGIC, MAX_PROBE, OFF_CAPACITY, OFF_COUNT,
-    OFF_DELETED, OFF_FLAGS, OFF_RESERVED, OFF_VERSION, SLOT_LEN,
+    check, hash, looks_like_table, start_and_step, validate, validate_mut, Builder, Check,
+    FormatError, Header, TableMut, TableRef, DELETED, EMPTY, HEADER_LEN, MAGIC, MAX_PROBE,
+    OFF_CAPACITY, OFF_COUNT, OFF_DELETED, OFF_FLAGS, OFF_RESERVED, OFF_VERSION, SAMPLE_SLOTS,
+    SLOT_LEN,
 };
 
 fn set_u32(bytes: &mut [u8], off: usize, v: u32) {
@@ -449,4 +451,116 @@ fn header_round_trip() {
     assert_eq!(table.header(), header);
     assert_eq!(table.as_bytes(), &bytes[..]);
     assert!(!table.contains(EMPTY + 1));
+}
+
+/// A built table of `n` ids with one of them moved out of reach: the id in the first
+/// slot after `from` that holds one at the start of its sequence goes to the first
+/// EMPTY slot after `to` that its lookup would not reach, and its old slot becomes
+/// DELETED (so no other id's lookup changes). Returns the bytes, the id and its new
+/// slot.
+fn misplaced(n: u64, from: u64, to: u64) -> (Vec<u8>, u64, u64) {
+    let ids: Vec<u64> = (1..=n).map(|i| i * 7_919).collect();
+    let mut bytes = Builder::new().seed(0).build(&ids);
+    let table = TableRef::open(&bytes).unwrap();
+    assert_eq!(table.seed(), 0, "the builder reseeded");
+    let cap = table.capacity();
+    let (old, id) = (from..u64::from(cap))
+        .find_map(|i| {
+            let id = table.slot(i)?;
+            (probe(id, cap, 1)[0] == i).then_some((i, id))
+        })
+        .unwrap();
+    // The lookup of `id` once its slot is DELETED, through the EMPTY slot ending it.
+    let seq = probe(id, cap, cap as usize);
+    let end = seq
+        .iter()
+        .position(|&s| s != old && table.slot(s).is_none())
+        .unwrap();
+    let path = &seq[..=end];
+    let new = (to..u64::from(cap))
+        .find(|&s| table.slot(s).is_none() && !path.contains(&s) && s != old)
+        .unwrap();
+    let deleted = table.deleted();
+    set_slot(&mut bytes, old, DELETED);
+    set_slot(&mut bytes, new, id);
+    set_u32(&mut bytes, OFF_DELETED, deleted + 1);
+    (bytes, id, new)
+}
+
+#[test]
+fn check_levels_prove_what_they_say() {
+    // 20,000 ids: 27,000-odd slots, a sample stride of about 100.
+    let stride = |bytes: &[u8]| u64::from(TableRef::open(bytes).unwrap().capacity() / SAMPLE_SLOTS);
+    let (bytes, id, new) = misplaced(20_000, 0, 1);
+    let k = stride(&bytes);
+    assert!(k > 50, "stride {k}");
+    assert_ne!(new % k, 0, "the misplaced id landed on a sampled slot");
+    let full = FormatError::Unreachable {
+        id,
+        slot: new as u32,
+    };
+    assert_eq!(check(&bytes, Check::Full).err(), Some(full.clone()));
+    assert_eq!(validate(&bytes).err(), Some(full));
+    // Outside the sample, the structure is all the lower levels see.
+    let table = check(&bytes, Check::Sample).unwrap();
+    assert!(check(&bytes, Check::Structure).is_ok());
+    // What such a table answers about itself: the id counts and is listed, but its
+    // lookup ends at an EMPTY slot.
+    assert_eq!(table.len(), 20_000);
+    assert!(table.iter().any(|i| i == id));
+    assert!(!table.contains(id));
+
+    // The same move onto a sampled slot is caught by the sample.
+    let (bytes, id, new) = (1..)
+        .map(|m| misplaced(20_000, 0, m * k))
+        .find(|(_, _, new)| new % k == 0)
+        .unwrap();
+    let err = check(&bytes, Check::Sample).unwrap_err();
+    assert_eq!(
+        err,
+        FormatError::Unreachable {
+            id,
+            slot: new as u32
+        }
+    );
+    assert!(check(&bytes, Check::Structure).is_ok());
+}
+
+#[test]
+fn the_sample_catches_a_builder_with_the_wrong_hash() {
+    // Every id placed for one seed while the header names another: what a builder
+    // whose hash or step rule is wrong makes. About a third of the sampled ids are
+    // out of place.
+    let ids: Vec<u64> = (1..=20_000u64).map(|i| i * 31).collect();
+    let mut bytes = Builder::new().seed(1).build(&ids);
+    bytes[8..16].copy_from_slice(&2u64.to_le_bytes());
+    assert!(matches!(
+        check(&bytes, Check::Sample),
+        Err(FormatError::Unreachable { .. } | FormatError::Duplicate { .. })
+    ));
+    assert!(check(&bytes, Check::Structure).is_ok());
+}
+
+#[test]
+fn every_level_checks_the_structure_and_small_tables_whole() {
+    // A structural fault is refused at every level.
+    let mut bytes = Builder::new().build(&[1, 2, 3]);
+    set_u32(&mut bytes, OFF_COUNT, 4);
+    for how in [Check::Structure, Check::Sample, Check::Full] {
+        assert_eq!(
+            check(&bytes, how).err(),
+            Some(FormatError::CountMismatch {
+                header: 4,
+                actual: 3
+            }),
+            "{how:?}"
+        );
+    }
+    // Up to twice SAMPLE_SLOTS slots the sample is every slot.
+    let seq = probe(42, 11, 2);
+    let mut bytes = blank(11);
+    set_slot(&mut bytes, seq[1], 42);
+    set_u32(&mut bytes, OFF_COUNT, 1);
+    assert!(check(&bytes, Check::Sample).is_err());
+    assert!(check(&bytes, Check::Structure).is_ok());
 }

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use parking_lot::RwLock;
+use relcache_protocol::idset::Check;
 
 use crate::glob;
 
@@ -196,6 +197,9 @@ pub struct Config {
     /// Most leases out at once: a client that asks for leases on ever new keys and
     /// never fills them is refused past this, instead of filling the memory.
     pub lease_max_count: AtomicU64,
+    /// Whether a table a client stores is proven a set in full (`idset-table-check
+    /// full`) or in its structure and a sample of its ids (`sample`, the default).
+    pub idset_check_full: AtomicBool,
     /// The config file the server was started with (INFO `config_file`, CONFIG
     /// REWRITE); `None` when there was none.
     pub config_file: RwLock<Option<std::path::PathBuf>>,
@@ -281,6 +285,7 @@ impl Default for Config {
             lease_timeout: AtomicU64::new(10_000),
             lease_max_ttl: AtomicU64::new(60_000),
             lease_max_count: AtomicU64::new(100_000),
+            idset_check_full: AtomicBool::new(false),
             config_file: RwLock::new(None),
             slowlog_log_slower_than: AtomicI64::new(10_000),
             slowlog_max_len: AtomicU64::new(128),
@@ -646,6 +651,22 @@ pub static PARAMS: &[Param] = &[
         help: "Connections a listener accepts in a row before it lets its worker's clients run",
         get: |c| get_u(&c.max_new_connections_per_cycle),
         set: |c, v| set_u(&c.max_new_connections_per_cycle, v, 1, 1000),
+    },
+    Param {
+        name: "idset-table-check",
+        mutable: true,
+        protected: false,
+        help: "How much of a table a client stores is proven: sample (its structure and the placement of about 256 of its ids, the default) or full (every id's placement: ~13 ns an id)",
+        get: |c| if c.idset_check_full.load(Relaxed) { "full" } else { "sample" }.into(),
+        set: |c, v| {
+            let full = match v.to_ascii_lowercase().as_str() {
+                "full" => true,
+                "sample" => false,
+                _ => return Err("argument must be 'sample' or 'full'".into()),
+            };
+            c.idset_check_full.store(full, Relaxed);
+            Ok(())
+        },
     },
     Param {
         name: "lease-timeout",
@@ -1110,6 +1131,15 @@ impl Config {
             n
         };
         (bytes > 0).then_some(bytes)
+    }
+
+    /// How deeply a table a client stores is checked (`idset-table-check`).
+    pub fn table_check(&self) -> Check {
+        if self.idset_check_full.load(Relaxed) {
+            Check::Full
+        } else {
+            Check::Sample
+        }
     }
 
     /// The eviction policy in force.

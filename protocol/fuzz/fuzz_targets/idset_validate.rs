@@ -6,7 +6,9 @@
 //! `MAX_PROBE` slots of its probe sequence, stays valid through in-place inserts and
 //! removes (whose return values agree with a model; a `Full` insert is rebuilt with
 //! the id), and rebuilds to a valid table with the same members; on bytes that pass
-//! only the header check, every operation is still panic-free. Input that is not a
+//! only the header check, every operation is still panic-free. The levels of `check`
+//! nest (what `Full` accepts `Sample` accepts, and `Structure` what `Sample` does), and
+//! a table with only its structure proven keeps it through updates. Input that is not a
 //! table is also read as little-endian ids to build: the builder's output must
 //! validate and hold exactly those ids.
 #![no_main]
@@ -15,8 +17,8 @@ use std::collections::HashSet;
 
 use libfuzzer_sys::fuzz_target;
 use relcache_protocol::idset::{
-    hash, looks_like_table, probe_limit, rebuild, rebuild_with, start_and_step, validate,
-    Builder, Full, Header, TableMut, TableRef,
+    check, hash, looks_like_table, probe_limit, rebuild, rebuild_with, start_and_step, validate,
+    Builder, Check, Full, Header, TableMut, TableRef,
 };
 
 /// Whether every slot id sits within the first `MAX_PROBE` slots of its probe
@@ -55,6 +57,11 @@ fn op_ids(data: &[u8]) -> Vec<u64> {
 }
 
 fuzz_target!(|data: &[u8]| {
+    let levels = [Check::Structure, Check::Sample, Check::Full].map(|how| check(data, how).is_ok());
+    assert!(
+        levels[2] <= levels[1] && levels[1] <= levels[0],
+        "levels do not nest: {levels:?}"
+    );
     match validate(data) {
         Ok(table) => {
             let mut model = check_set(table);
@@ -102,6 +109,12 @@ fuzz_target!(|data: &[u8]| {
                 for id in op_ids(data) {
                     let _ = table.insert(id);
                     let _ = table.remove(id ^ 1);
+                }
+                if levels[0] {
+                    assert!(
+                        check(&bytes, Check::Structure).is_ok(),
+                        "an update broke a table's structure"
+                    );
                 }
             }
         }

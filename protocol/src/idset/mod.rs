@@ -54,7 +54,9 @@
 //! - Build: [`Builder`] (`Builder::new().build(&ids)`).
 //! - Untrusted bytes: [`validate`] returns a [`TableRef`] or a [`FormatError`] whose
 //!   message can go to a client as is. [`looks_like_table`] is the cheap magic check.
-//! - Bytes already validated (for example stored by the server after `validate`):
+//!   [`check`] proves less for less time ([`Check`]: the structure, which is what
+//!   safety needs, and a sample of the ids' placement or none of it).
+//! - Bytes already checked (for example stored by the server after `check`):
 //!   [`TableRef::open`] / [`TableMut::open`] check only the header, in O(1).
 //! - Read slot by slot (a cursor over slot positions): [`TableRef::slot`] and
 //!   [`TableRef::slots`].
@@ -95,7 +97,9 @@ pub use hash::{fastrange, hash, mix, start_and_step};
 pub use packed::{unpack, Packed, RaggedPacked, PACKED_ID_LEN};
 pub use prime::{is_prime, next_prime};
 pub use table::{Full, Header, Iter, Slots, TableMut, TableRef};
-pub use validate::{looks_like_table, validate, validate_mut, FormatError};
+pub use validate::{
+    check, looks_like_table, validate, validate_mut, Check, FormatError, SAMPLE_SLOTS,
+};
 
 /// The first six bytes of every table: `\x89RCIDS`.
 pub const MAGIC: [u8; 6] = [0x89, b'R', b'C', b'I', b'D', b'S'];

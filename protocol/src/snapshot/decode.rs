@@ -7,7 +7,7 @@ use super::{
     crc32, page_align, Section, SnapshotError, CHUNK_TAG, HEADER_LEN, KIND_SET_INLINE,
     KIND_SET_PAGED, KIND_STRING, MAGIC, MIN_RECORD_LEN, TRAILER_TAG, VERSION,
 };
-use crate::idset;
+use crate::idset::{self, Check};
 
 /// Where one chunk lies in the file (from its header, whose CRC was checked).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,7 +56,10 @@ pub struct Snapshot<'a> {
 }
 
 /// One decoded record. The slices borrow the snapshot's bytes; a set's table has
-/// passed [`idset::validate`].
+/// passed [`idset::check`] of its structure ([`Check::Structure`]): the file is the
+/// server's own, written from tables checked when they were stored, and its
+/// checksums catch what changed since; the structure is what makes a table safe to
+/// serve whatever its ids' placement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Record<'a> {
     String {
@@ -408,7 +411,8 @@ impl<'a> Records<'a> {
                 let n = self.u64("table length")?;
                 let table_offset = self.pos as u64;
                 let table = self.take(n, "table")?;
-                idset::validate(table).map_err(|e| self.table_err(table_offset, key, e))?;
+                idset::check(table, Check::Structure)
+                    .map_err(|e| self.table_err(table_offset, key, e))?;
                 Record::Set {
                     key,
                     table,
@@ -480,7 +484,7 @@ impl<'a> Records<'a> {
                 format!("table checksum mismatch (stored {crc:08x}, computed {actual:08x})"),
             ));
         }
-        idset::validate(table).map_err(|e| self.table_err(at, key, e))?;
+        idset::check(table, Check::Structure).map_err(|e| self.table_err(at, key, e))?;
         self.next_table = at + n;
         Ok(table)
     }

@@ -24,7 +24,9 @@
 //! no trailer where one must be.
 //!
 //! Decoding trusts nothing: every length and offset is bounds-checked before use,
-//! every table goes through [`crate::idset::validate`], and each refusal is a
+//! every table's structure is checked ([`crate::idset::check`] with
+//! [`Check::Structure`](crate::idset::Check::Structure): what makes a table safe to
+//! serve; the placement of its ids was checked when a client stored it), and each refusal is a
 //! [`SnapshotError`] naming the byte offset and the section. Decoding is split
 //! in two so a loader can use several cores: [`Snapshot::open`] checks the header,
 //! walks the chunk headers and checks the trailer (O(chunks)); [`Snapshot::records`]

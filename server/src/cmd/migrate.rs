@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use relcache_protocol::dump;
+use relcache_protocol::idset::Check;
 use relcache_protocol::resp::Frame;
 
 use super::spec::{self, CommandSpec, Group, Keys};
@@ -169,13 +170,19 @@ fn parse_restore_opts(args: &[Bytes]) -> Result<RestoreOpts, CmdError> {
 }
 
 /// The value a payload holds, as the keyspace stores it. A string that is a
-/// table becomes a set, as SET stores one; one that only starts like a table is
-/// refused.
-fn value_of(payload: &[u8]) -> Result<Value, CmdError> {
+/// table becomes a set, as SET stores one, checked as SET checks it; one that only
+/// starts like a table is refused. A set's table, which a relcache wrote from a table
+/// it had checked, is checked in its structure (in full under `idset-table-check
+/// full`), so a move between nodes never refuses what the source stored.
+fn value_of(payload: &[u8], how: Check) -> Result<Value, CmdError> {
     let bad = |e: dump::DumpError| CmdError::err(e.to_string());
-    Ok(match dump::decode(payload).map_err(bad)? {
+    let stored = match how {
+        Check::Full => Check::Full,
+        Check::Sample | Check::Structure => Check::Structure,
+    };
+    Ok(match dump::decode(payload, stored).map_err(bad)? {
         dump::Value::Str(s) if relcache_protocol::idset::looks_like_table(&s) => {
-            Value::IdSet(IdSet::from_client(&s).map_err(|_| bad(dump::DumpError::BadData))?)
+            Value::IdSet(IdSet::from_client(&s, how).map_err(|_| bad(dump::DumpError::BadData))?)
         }
         dump::Value::Str(Cow::Borrowed(s)) => Value::Str(Bytes::copy_from_slice(s)),
         dump::Value::Str(Cow::Owned(s)) => Value::Str(s.into()),
@@ -192,7 +199,7 @@ fn restore(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let ttl = parse_i64(&args[2]).and_then(|t| {
         u64::try_from(t).map_err(|_| CmdError::err("Invalid TTL value, must be >= 0"))
     });
-    let value = value_of(&args[3]);
+    let value = value_of(&args[3], ctx.server.config.table_check());
     let key = &args[1][..];
     let v = ctx.view();
     if !opts.replace && v.contains(key) {

@@ -382,10 +382,11 @@ fn take_string(entry: &mut Entry) -> Result<BytesMut, CmdError> {
 }
 
 /// The value a whole-value write stores: a copy of the argument, or an idset when
-/// it is meant as a table (validated here, before any lock is taken).
-fn value_from_client(arg: &[u8]) -> Result<Value, CmdError> {
+/// it is meant as a table (checked here, before any lock is taken).
+fn value_from_client(ctx: &Ctx<'_, '_>, arg: &[u8]) -> Result<Value, CmdError> {
     if relcache_protocol::idset::looks_like_table(arg) {
-        return Ok(Value::IdSet(crate::db::IdSet::from_client(arg)?));
+        let how = ctx.server.config.table_check();
+        return Ok(Value::IdSet(crate::db::IdSet::from_client(arg, how)?));
     }
     Ok(Value::Str(Bytes::copy_from_slice(arg)))
 }
@@ -498,7 +499,7 @@ fn set(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         keepttl: o.keepttl,
         ..SetPlan::plain(expiry)
     };
-    set_generic(ctx, &args[1], value_from_client(&args[2])?, plan)
+    set_generic(ctx, &args[1], value_from_client(ctx, &args[2])?, plan)
 }
 
 fn setnx(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
@@ -508,7 +509,7 @@ fn setnx(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         aborted: Frame::Integer(0),
         ..SetPlan::plain(None)
     };
-    set_generic(ctx, &args[1], value_from_client(&args[2])?, plan)
+    set_generic(ctx, &args[1], value_from_client(ctx, &args[2])?, plan)
 }
 
 fn setex(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
@@ -524,7 +525,7 @@ fn set_with_ttl(ctx: &mut Ctx<'_, '_>, args: &[Bytes], unit: Unit) -> CmdResult 
     set_generic(
         ctx,
         &args[1],
-        value_from_client(&args[3])?,
+        value_from_client(ctx, &args[3])?,
         SetPlan::plain(Some(expiry)),
     )
 }
@@ -576,7 +577,7 @@ fn getdel(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 }
 
 fn getset(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let value = value_from_client(&args[2])?;
+    let value = value_from_client(ctx, &args[2])?;
     let view = ctx.view();
     let old = match view.get(&args[1]) {
         Some(e) => get_reply(e)?,
@@ -612,7 +613,7 @@ fn pairs(ctx: &Ctx<'_, '_>, args: &[Bytes]) -> Result<Vec<(usize, Value)>, CmdEr
     }
     (1..args.len())
         .step_by(2)
-        .map(|i| Ok((i, value_from_client(&args[i + 1])?)))
+        .map(|i| Ok((i, value_from_client(ctx, &args[i + 1])?)))
         .collect()
 }
 

@@ -1,4 +1,4 @@
-//! The stored form of an idset: one validated table, updated in place.
+//! The stored form of an idset: one checked table, updated in place.
 //!
 //! The bytes are exactly what a client wrote with SET (or what IDSET.LOAD / SADD
 //! built), so GET hands them back without conversion and a client can check
@@ -13,12 +13,17 @@
 //! shard lock during a rebuild use [`IdSet::plan_rebuild`] first (see `add` in
 //! `cmd/setcore.rs`, the write path both set families share).
 //!
-//! Sets from clients come in through [`IdSet::from_client`] (a table, validated
-//! here) and [`IdSet::with_reserve`] (ids); what they can refuse is a
-//! [`db::Error`](super::Error).
+//! Sets from clients come in through [`IdSet::from_client`] (a table, checked here)
+//! and [`IdSet::with_reserve`] (ids); what they can refuse is a
+//! [`db::Error`](super::Error). A client's table is checked in its structure and, by
+//! default, in a sample of its ids' placement ([`Check`]): enough that nothing it
+//! holds can make any command loop, panic or read out of bounds, or touch another
+//! key. A table with misplaced ids outside the sample (a builder's bug) misanswers
+//! only about itself, and the first rebuild (growth or shrink) places every id
+//! again, collapsing duplicates.
 
 use bytes::{Bytes, BytesMut};
-use relcache_protocol::idset::{rebuild, rebuild_with, validate, Builder, TableMut, TableRef};
+use relcache_protocol::idset::{check, rebuild, rebuild_with, Builder, Check, TableMut, TableRef};
 
 use super::Error;
 use crate::stats::Gauge;
@@ -133,8 +138,8 @@ impl Drop for IdSet {
 }
 
 impl IdSet {
-    /// Wraps bytes that [`relcache_protocol::idset::validate`] accepted (or that a
-    /// builder produced).
+    /// Wraps bytes that [`relcache_protocol::idset::check`] accepted at some level
+    /// (or that a builder produced).
     pub fn from_valid(table: Bytes) -> IdSet {
         debug_assert!(TableRef::open(&table).is_ok());
         IdSet::counted(table)
@@ -145,16 +150,16 @@ impl IdSet {
         IdSet::counted(Builder::new().build(ids).into())
     }
 
-    /// A set from a table a client sent (`SET`, `IDSET.LOAD … TABLE`), validated in
-    /// full and copied: the argument is a slice of the connection's read buffer,
-    /// which a stored value must not pin. Call it before taking a lock — validation
-    /// is O(capacity).
+    /// A set from a table a client sent (`SET`, `IDSET.LOAD … TABLE`, a `RESTORE`d
+    /// string), checked as deeply as `how` says (`idset-table-check`) and copied: the
+    /// argument is a slice of the connection's read buffer, which a stored value must
+    /// not pin. Call it before taking a lock — the check is O(capacity).
     ///
     /// # Errors
     ///
     /// [`Error::InvalidTable`], saying what is wrong with the bytes.
-    pub fn from_client(blob: &[u8]) -> Result<IdSet, Error> {
-        validate(blob)?;
+    pub fn from_client(blob: &[u8], how: Check) -> Result<IdSet, Error> {
+        check(blob, how)?;
         Ok(IdSet::from_valid(Bytes::copy_from_slice(blob)))
     }
 
