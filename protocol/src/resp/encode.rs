@@ -97,6 +97,12 @@ fn header(out: &mut BytesMut, kind: u8, len: usize) {
 
 /// Appends `:n\r\n`.
 pub fn write_integer(out: &mut BytesMut, n: i64) {
+    // 0 and 1 flags and small counts are most integer replies (SMISMEMBER answers a
+    // hundred at a time): one four-byte write.
+    if (0..10).contains(&n) {
+        out.put_slice(&[b':', b'0' + n as u8, b'\r', b'\n']);
+        return;
+    }
     let mut buf = itoa::Buffer::new();
     line(out, b':', buf.format(n).as_bytes());
 }

@@ -318,34 +318,10 @@ impl Progress {
         while self.args.len() < count {
             let len = match self.bulk_len {
                 Some(len) => len,
-                None => {
-                    let start = self.pos;
-                    let Some(&kind) = buf.get(start) else {
-                        return Ok(Parsed::Incomplete);
-                    };
-                    if kind != b'$' {
-                        return Err(ProtocolError(format!(
-                            "expected '$', got '{}'",
-                            kind.escape_ascii()
-                        )));
-                    }
-                    let too_big = "too big bulk count string";
-                    let Some(cr) =
-                        find_cr(buf, start, &mut self.scanned, MAX_HEADER_LINE, too_big)?
-                    else {
-                        return Ok(Parsed::Incomplete);
-                    };
-                    let len = header_number(buf, start, cr)
-                        .and_then(|n| usize::try_from(n).ok())
-                        .filter(|&n| n <= limits.max_bulk_len)
-                        .ok_or_else(|| ProtocolError::new("invalid bulk length"))?;
-                    if limits.unauthenticated && len > UNAUTHENTICATED_MAX_BULK {
-                        return Err(ProtocolError::new("unauthenticated bulk length"));
-                    }
-                    self.pos = cr + 2;
-                    self.bulk_len = Some(len);
-                    len
-                }
+                None => match self.bulk_header(buf, limits)? {
+                    Some(len) => len,
+                    None => return Ok(Parsed::Incomplete),
+                },
             };
             let end = self.pos.saturating_add(len);
             let Some(crlf) = buf.get(end..end.saturating_add(2)) else {
@@ -360,6 +336,42 @@ impl Progress {
             self.bulk_len = None;
         }
         Ok(Parsed::Multibulk { len: self.pos })
+    }
+
+    /// Reads the `$<len>` header at `pos` and moves `pos` past it; `None` while the
+    /// header is incomplete.
+    fn bulk_header(&mut self, buf: &[u8], limits: &Limits) -> Result<Option<usize>, ProtocolError> {
+        let start = self.pos;
+        let (len, end) = match buf.get(start..).and_then(short_bulk_header) {
+            Some((len, header)) => (Some(len), start + header),
+            None => {
+                let Some(&kind) = buf.get(start) else {
+                    return Ok(None);
+                };
+                if kind != b'$' {
+                    return Err(ProtocolError(format!(
+                        "expected '$', got '{}'",
+                        kind.escape_ascii()
+                    )));
+                }
+                let too_big = "too big bulk count string";
+                let Some(cr) = find_cr(buf, start, &mut self.scanned, MAX_HEADER_LINE, too_big)?
+                else {
+                    return Ok(None);
+                };
+                let len = header_number(buf, start, cr).and_then(|n| usize::try_from(n).ok());
+                (len, cr + 2)
+            }
+        };
+        let len = len
+            .filter(|&n| n <= limits.max_bulk_len)
+            .ok_or_else(|| ProtocolError::new("invalid bulk length"))?;
+        if limits.unauthenticated && len > UNAUTHENTICATED_MAX_BULK {
+            return Err(ProtocolError::new("unauthenticated bulk length"));
+        }
+        self.pos = end;
+        self.bulk_len = Some(len);
+        Ok(Some(len))
     }
 
     fn inline(&mut self, buf: &[u8], limits: &Limits) -> Result<Parsed, ProtocolError> {
@@ -388,6 +400,23 @@ impl Progress {
         let args = split_args(&buf[..end])
             .ok_or_else(|| ProtocolError::new("unbalanced quotes in request"))?;
         Ok(Parsed::Inline { len: lf + 1, args })
+    }
+}
+
+/// The length and header size of a bulk header of one or two digits in canonical form
+/// (`$7\r\n`, `$42\r\n`) at the front of `buf`: what nearly every argument of a
+/// command over ids or short keys starts with, read without a search. Anything else,
+/// a header still incomplete included, is `None` and takes the general path, which
+/// accepts and refuses exactly as before.
+#[inline]
+fn short_bulk_header(buf: &[u8]) -> Option<(usize, usize)> {
+    let digit = |b: u8| b.wrapping_sub(b'0') < 10;
+    match *buf {
+        [b'$', d, b'\r', b'\n', ..] if digit(d) => Some((usize::from(d - b'0'), 4)),
+        [b'$', d1, d2, b'\r', b'\n', ..] if d1 != b'0' && digit(d1) && digit(d2) => {
+            Some((usize::from(d1 - b'0') * 10 + usize::from(d2 - b'0'), 5))
+        }
+        _ => None,
     }
 }
 
@@ -441,6 +470,19 @@ pub fn parse_strict_i64(text: &[u8]) -> Option<i64> {
         [b'0'] if !negative => return Some(0),
         [b'1'..=b'9', ..] => {}
         _ => return None,
+    }
+    // Up to 18 digits cannot overflow: the common case (every length and count)
+    // skips the overflow checks.
+    if digits.len() <= 18 {
+        let mut value: i64 = 0;
+        for &b in digits {
+            let d = b.wrapping_sub(b'0');
+            if d > 9 {
+                return None;
+            }
+            value = value * 10 + i64::from(d);
+        }
+        return Some(if negative { -value } else { value });
     }
     // Accumulate downwards so that i64::MIN, which has no positive twin, parses.
     let mut value: i64 = 0;
@@ -864,5 +906,17 @@ mod tests {
         ] {
             assert_eq!(p(bad), None, "{}", bad.escape_ascii());
         }
+        // Both sides of the 18-digit fast path, against the standard parser.
+        for n in [
+            999_999_999_999_999_999i64,
+            -999_999_999_999_999_999,
+            1_000_000_000_000_000_000,
+            -1_000_000_000_000_000_000,
+            123_456_789_012_345_678,
+        ] {
+            assert_eq!(p(n.to_string().as_bytes()), Some(n));
+        }
+        assert_eq!(p(b"12345678901234567x"), None);
+        assert_eq!(p(b"1234567890123456789x"), None);
     }
 }

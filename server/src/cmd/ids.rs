@@ -31,12 +31,23 @@ pub fn parse_id_opt(arg: &[u8]) -> Option<u64> {
         return None;
     }
     let mut v: u64 = 0;
+    // Up to 19 digits cannot overflow a u64: only a 20-digit id needs the checks.
+    if arg.len() <= 19 {
+        for &b in arg {
+            let d = b.wrapping_sub(b'0');
+            if d > 9 {
+                return None;
+            }
+            v = v * 10 + u64::from(d);
+        }
+        return Some(v);
+    }
     for &b in arg {
         let d = b.wrapping_sub(b'0');
         if d > 9 {
             return None;
         }
-        v = v.checked_mul(10)?.checked_add(d as u64)?;
+        v = v.checked_mul(10)?.checked_add(u64::from(d))?;
     }
     Some(v)
 }
@@ -117,6 +128,11 @@ mod tests {
     fn canonical_only() {
         assert_eq!(parse_id_opt(b"0"), Some(0));
         assert_eq!(parse_id_opt(b"18446744073709551615"), Some(u64::MAX));
+        // The largest id the unchecked 19-digit path reads.
+        assert_eq!(
+            parse_id_opt(b"9999999999999999999"),
+            Some(9_999_999_999_999_999_999)
+        );
         for bad in [
             &b""[..],
             b"007",
