@@ -26,9 +26,9 @@
 //!   under a type byte of relcache's own that Redis refuses (`Bad data format`).
 //!   `seq` is the set's sequence number (the newest sequenced change it reflects),
 //!   kept across a move so write-throughs stay in order. The table goes through
-//!   [`crate::idset::check`] at the level the caller asks for: a relcache decoding
-//!   a payload another relcache wrote checks its structure, or everything under
-//!   `idset-table-check full`.
+//!   [`crate::idset::check`] at the level the caller asks for (the server: its
+//!   `idset-table-check`, as for a table sent with SET, since anyone can compute
+//!   the CRC).
 //!
 //! Expiry is not in the payload: RESTORE and MIGRATE carry the TTL beside it.
 //!

@@ -529,8 +529,8 @@ fn check_levels_prove_what_they_say() {
 #[test]
 fn the_sample_catches_a_builder_with_the_wrong_hash() {
     // Every id placed for one seed while the header names another: what a builder
-    // whose hash or step rule is wrong makes. About a third of the sampled ids are
-    // out of place.
+    // whose hash or step rule is wrong makes: nearly every sampled id is out of
+    // place, and the first is refused.
     let ids: Vec<u64> = (1..=20_000u64).map(|i| i * 31).collect();
     let mut bytes = Builder::new().seed(1).build(&ids);
     bytes[8..16].copy_from_slice(&2u64.to_le_bytes());

@@ -123,14 +123,16 @@ pub fn looks_like_table(bytes: &[u8]) -> bool {
 /// header, prime capacity, counts, an empty slot) is always checked in full; the
 /// levels differ in how many ids' placement (rule 12) they prove.
 ///
-/// Structure alone already makes a table harmless to everything but its own answers:
-/// every lookup, insert and remove reads at most [`probe_limit`] slots, every slot
-/// index is reduced modulo the capacity the length was checked against, and the
-/// header's count is the number of ids in the slots, so nothing loops, reads out of
-/// bounds or panics, and iteration, `SCARD` and random members agree. What placement
-/// adds is that the table behaves as a set: every stored id is found by lookup and
-/// none is stored twice. A table that breaks it is a builder's bug, and it only
-/// misanswers about itself (a misplaced id is counted and listed but not found).
+/// Structure alone makes every method of [`TableRef`] and [`TableMut`] safe and
+/// bounded: every lookup, insert and remove reads at most [`probe_limit`] slots,
+/// every slot index is reduced modulo the capacity the length was checked against,
+/// and the header's count is the number of ids in the slots, so nothing loops, reads
+/// out of bounds or panics, and iteration yields `len` ids. What placement adds is
+/// that the table behaves as a set: every stored id is found by lookup and none is
+/// stored twice. Code that holds a table checked below [`Check::Full`] must not rely
+/// on that: iteration may yield an id twice or one that lookup does not find (so,
+/// say, drawing random members until `n` distinct ones come may never end). A table
+/// that breaks rule 12 is a builder's bug, and its answers are as laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Check {
     /// The structure only: for bytes that passed a check before and were kept whole

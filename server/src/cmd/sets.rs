@@ -254,6 +254,23 @@ fn remove_ids(v: &mut View<'_>, key: &[u8], ids: &[u64]) -> (u64, bool) {
     (removed, emptied)
 }
 
+/// [`remove_ids`] for ids read out of the set itself (SPOP's picks), which must all
+/// leave it: see [`IdSet::remove_members`](crate::db::IdSet::remove_members).
+fn remove_members(v: &mut View<'_>, key: &[u8], ids: &[u64]) -> (u64, bool) {
+    let Some(e) = v.get_mut(key) else {
+        return (0, false);
+    };
+    let Value::IdSet(set) = e.value_mut() else {
+        return (0, false);
+    };
+    let removed = set.remove_members(ids);
+    let emptied = set.is_empty();
+    if emptied {
+        v.remove(key);
+    }
+    (removed, emptied)
+}
+
 // ---- Single-key commands. ----
 
 fn sadd(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
@@ -625,22 +642,34 @@ fn random_member(table: &TableRef<'_>, rng: &mut impl Rng) -> u64 {
 /// `count` distinct random members (`count` < the set's size).
 fn random_distinct(table: &TableRef<'_>, count: usize, rng: &mut impl Rng) -> Vec<u64> {
     let n = table.len() as usize;
-    if count.saturating_mul(4) >= n {
-        // Many of them: shuffle the start of the member list.
-        let mut all: Vec<u64> = table.iter().collect();
-        let (chosen, _) = all.partial_shuffle(rng, count);
-        return chosen.to_vec();
-    }
-    // Few: draw until enough distinct ones (at most 4/3 draws each on average).
-    let mut seen = ahash::AHashSet::with_capacity(count);
-    let mut out = Vec::with_capacity(count);
-    while out.len() < count {
-        let id = random_member(table, rng);
-        if seen.insert(id) {
-            out.push(id);
+    if count.saturating_mul(4) < n {
+        // Few: draw until enough distinct ones, at most 4/3 draws each on average.
+        // The bound is for a table that holds an id twice (a client's table whose
+        // placement was checked only in part): it may not have `count` distinct ids
+        // at all, and drawing would never end.
+        let mut seen = ahash::AHashSet::with_capacity(count);
+        let mut out = Vec::with_capacity(count);
+        for _ in 0..count.saturating_mul(8).saturating_add(64) {
+            let id = random_member(table, rng);
+            if seen.insert(id) {
+                out.push(id);
+                if out.len() == count {
+                    return out;
+                }
+            }
         }
     }
-    out
+    // Many of them (or drawing ran long): shuffle the start of the member list.
+    let mut all: Vec<u64> = table.iter().collect();
+    let chosen = all.partial_shuffle(rng, count).0.to_vec();
+    let mut seen = ahash::AHashSet::with_capacity(chosen.len());
+    if chosen.iter().all(|&id| seen.insert(id)) {
+        return chosen;
+    }
+    // The same id twice: shuffle the distinct ones instead.
+    all.sort_unstable();
+    all.dedup();
+    all.partial_shuffle(rng, count).0.to_vec()
 }
 
 /// SRANDMEMBER key [count]
@@ -660,19 +689,20 @@ fn srandmember(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     };
     let v = ctx.view();
     let entry = v.get(&args[1]);
-    let Some(count) = count else {
-        return match entry {
-            None => Ok(Frame::Null),
-            Some(e) => Ok(id_frame(random_member(
-                &e.value().as_idset()?.table(),
-                &mut rand::thread_rng(),
-            ))),
-        };
+    // An empty set (IDSET.REM keeps one; Redis never has one) answers as a missing key.
+    let table = match entry {
+        Some(e) => Some(e.value().as_idset()?.table()).filter(|t| !t.is_empty()),
+        None => None,
     };
-    let Some(e) = entry else {
+    let Some(count) = count else {
+        return Ok(match table {
+            None => Frame::Null,
+            Some(t) => id_frame(random_member(&t, &mut rand::thread_rng())),
+        });
+    };
+    let Some(table) = table else {
         return Ok(Frame::Array(Vec::new()));
     };
-    let table = e.value().as_idset()?.table();
     if count == 0 {
         return Ok(Frame::Array(Vec::new()));
     }
@@ -726,6 +756,13 @@ fn spop(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         });
     };
     let table = e.value().as_idset()?.table();
+    if table.is_empty() {
+        return Ok(if count.is_some() {
+            Frame::Set(Vec::new())
+        } else {
+            Frame::Null
+        });
+    }
     let mut rng = rand::thread_rng();
     let popped = match count {
         None => vec![random_member(&table, &mut rng)],
@@ -739,7 +776,7 @@ fn spop(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         }
         Some(c) => random_distinct(&table, c as usize, &mut rng),
     };
-    let (_, emptied) = remove_ids(v, key, &popped);
+    let (_, emptied) = remove_members(v, key, &popped);
     ctx.notify(notify::SET, "spop", key);
     if emptied {
         ctx.notify(notify::GENERIC, "del", key);

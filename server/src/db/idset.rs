@@ -16,11 +16,12 @@
 //! Sets from clients come in through [`IdSet::from_client`] (a table, checked here)
 //! and [`IdSet::with_reserve`] (ids); what they can refuse is a
 //! [`db::Error`](super::Error). A client's table is checked in its structure and, by
-//! default, in a sample of its ids' placement ([`Check`]): enough that nothing it
-//! holds can make any command loop, panic or read out of bounds, or touch another
-//! key. A table with misplaced ids outside the sample (a builder's bug) misanswers
-//! only about itself, and the first rebuild (growth or shrink) places every id
-//! again, collapsing duplicates.
+//! default, in a sample of its ids' placement ([`Check`]): enough that no lookup or
+//! update reads out of bounds or runs long. A table with misplaced ids outside the
+//! sample (a builder's bug) answers as laid out, so code here and in the commands
+//! never assumes that an id iterated is found or that `len` ids are distinct; the
+//! first rebuild (growth, shrink, [`IdSet::remove_members`]) places every id again,
+//! collapsing duplicates.
 
 use bytes::{Bytes, BytesMut};
 use relcache_protocol::idset::{check, rebuild, rebuild_with, Builder, Check, TableMut, TableRef};
@@ -322,6 +323,24 @@ impl IdSet {
         let removed = self.remove_inner(ids);
         self.account(1, Some(before));
         removed
+    }
+
+    /// Removes ids read out of this set (SPOP's picks), all members by construction,
+    /// so that none of them is a member after. In a client's table whose placement
+    /// was checked only in part, a lookup may miss one (misplaced) or find it again
+    /// after removing it (stored twice): then the table is rebuilt, which places
+    /// every id once, and the removal done on that. A pop loop always ends.
+    pub fn remove_members(&mut self, ids: &[u64]) -> u64 {
+        let all_found = ids.iter().all(|&id| self.contains(id));
+        if all_found {
+            let removed = self.remove_many(ids);
+            if !ids.iter().any(|&id| self.contains(id)) {
+                return removed;
+            }
+        }
+        let rebuilt = self.plan_rebuild(0);
+        self.replace(rebuilt);
+        self.remove_many(ids)
     }
 
     fn remove_inner(&mut self, ids: &[u64]) -> u64 {
