@@ -74,6 +74,19 @@ fn int(con: &mut Connection, args: &[&str]) -> i64 {
     c.query(con).unwrap_or_else(|e| panic!("{args:?}: {e}"))
 }
 
+fn set_table(con: &mut Connection, key: &str, bytes: &[u8]) {
+    let _: () = redis::cmd("SET").arg(key).arg(bytes).query(con).unwrap();
+}
+
+fn set_check(con: &mut Connection, level: &str) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("idset-table-check")
+        .arg(level)
+        .query(con)
+        .unwrap();
+}
+
 fn table_of(con: &mut Connection, key: &str) -> Vec<u8> {
     redis::cmd("IDSET.TABLE").arg(key).query(con).unwrap()
 }
@@ -95,11 +108,7 @@ fn a_misplaced_id_outside_the_sample_misanswers_only_about_its_own_table() {
         .query(&mut con)
         .unwrap();
 
-    let _: () = redis::cmd("SET")
-        .arg("t")
-        .arg(&bytes)
-        .query(&mut con)
-        .unwrap();
+    set_table(&mut con, "t", &bytes);
     let id_s = id.to_string();
     // Counted and listed, but its lookup ends at an EMPTY slot.
     assert_eq!(int(&mut con, &["SCARD", "t"]), IDS as i64);
@@ -174,12 +183,7 @@ fn full_checking_refuses_what_the_sample_lets_through() {
             .contains("argument must be 'sample' or 'full'"),
         "{e}"
     );
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("idset-table-check")
-        .arg("FULL")
-        .query(&mut con)
-        .unwrap();
+    set_check(&mut con, "FULL");
 
     for load in [
         redis::cmd("SET").arg("t").arg(&bytes).clone(),
@@ -205,17 +209,8 @@ fn full_checking_refuses_what_the_sample_lets_through() {
     assert_eq!(int(&mut con, &["EXISTS", "t", "u"]), 0);
 
     // The same server under the default stores it.
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("idset-table-check")
-        .arg("sample")
-        .query(&mut con)
-        .unwrap();
-    let _: () = redis::cmd("SET")
-        .arg("t")
-        .arg(&bytes)
-        .query(&mut con)
-        .unwrap();
+    set_check(&mut con, "sample");
+    set_table(&mut con, "t", &bytes);
     assert_eq!(int(&mut con, &["SCARD", "t"]), IDS as i64);
 }
 
@@ -245,11 +240,7 @@ fn what_was_stored_survives_a_snapshot_and_a_dump() {
     {
         let s = TestServer::start_with(&["--dir", dir.path()]);
         let mut con = s.conn();
-        let _: () = redis::cmd("SET")
-            .arg("t")
-            .arg(&bytes)
-            .query(&mut con)
-            .unwrap();
+        set_table(&mut con, "t", &bytes);
         let _: () = redis::cmd("SAVE").query(&mut con).unwrap();
 
         // DUMP / RESTORE: a payload relcache wrote is checked in its structure, so
@@ -263,12 +254,7 @@ fn what_was_stored_survives_a_snapshot_and_a_dump() {
             .unwrap();
         assert_eq!(table_of(&mut con, "copy"), bytes);
         // Under `full`, RESTORE proves it like SET does.
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("idset-table-check")
-            .arg("full")
-            .query(&mut con)
-            .unwrap();
+        set_check(&mut con, "full");
         let e = redis::cmd("RESTORE")
             .arg("copy2")
             .arg(0)
@@ -317,10 +303,7 @@ fn a_table_holding_one_id_many_times_never_hangs_a_command() {
     con.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let bytes = duplicated_table();
     assert!(validate(&bytes).is_err());
-    let load = |con: &mut Connection| {
-        let _: () = redis::cmd("SET").arg("dup").arg(&bytes).query(con).unwrap();
-    };
-    load(&mut con);
+    set_table(&mut con, "dup", &bytes);
     assert_eq!(int(&mut con, &["SCARD", "dup"]), 260);
 
     // Asked for two distinct members, there is only one to give.
@@ -359,7 +342,7 @@ fn a_table_holding_one_id_many_times_never_hangs_a_command() {
 
     // A popped id is gone: the pop that finds it still there after removing one
     // copy rebuilds the table, which collapses the copies.
-    load(&mut con);
+    set_table(&mut con, "dup", &bytes);
     let mut pops = 0;
     while int(&mut con, &["EXISTS", "dup"]) == 1 {
         let id: u64 = redis::cmd("SPOP").arg("dup").query(&mut con).unwrap();
@@ -369,7 +352,7 @@ fn a_table_holding_one_id_many_times_never_hangs_a_command() {
     }
 
     // The rest of the set commands answer, and other clients are served throughout.
-    load(&mut con);
+    set_table(&mut con, "dup", &bytes);
     let members: Vec<u64> = redis::cmd("SMEMBERS").arg("dup").query(&mut con).unwrap();
     assert_eq!(members.len(), 260);
     let _: () = redis::cmd("SADD")

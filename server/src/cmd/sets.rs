@@ -237,33 +237,31 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
 ];
 
 /// Removes `ids` from the set at `key`, deleting the key when it becomes empty, as
-/// Redis does. Returns how many were members.
-/// Returns how many were members, and whether the key went.
+/// Redis does. Returns how many were members, and whether the key went.
 fn remove_ids(v: &mut View<'_>, key: &[u8], ids: &[u64]) -> (u64, bool) {
-    let Some(e) = v.get_mut(key) else {
-        return (0, false);
-    };
-    let Value::IdSet(set) = e.value_mut() else {
-        return (0, false);
-    };
-    let removed = set.remove_many(ids);
-    let emptied = set.is_empty();
-    if emptied {
-        v.remove(key);
-    }
-    (removed, emptied)
+    remove_with(v, key, |set| set.remove_many(ids))
 }
 
 /// [`remove_ids`] for ids read out of the set itself (SPOP's picks), which must all
 /// leave it: see [`IdSet::remove_members`](crate::db::IdSet::remove_members).
 fn remove_members(v: &mut View<'_>, key: &[u8], ids: &[u64]) -> (u64, bool) {
+    remove_with(v, key, |set| set.remove_members(ids))
+}
+
+/// Runs `remove` on the set at `key` and drops the key if that emptied it: how many
+/// it removed, and whether the key went.
+fn remove_with(
+    v: &mut View<'_>,
+    key: &[u8],
+    remove: impl FnOnce(&mut crate::db::IdSet) -> u64,
+) -> (u64, bool) {
     let Some(e) = v.get_mut(key) else {
         return (0, false);
     };
     let Value::IdSet(set) = e.value_mut() else {
         return (0, false);
     };
-    let removed = set.remove_members(ids);
+    let removed = remove(set);
     let emptied = set.is_empty();
     if emptied {
         v.remove(key);
