@@ -10,8 +10,9 @@
 //!   and relcache's binary batch form IDSET.MEXISTSBIN on the same probes;
 //! - the time to load one 20,000-id set (relcache: one prebuilt SET and one SADD of
 //!   decimal ids; Redis: one SADD), as the client waits for it and as server CPU
-//!   time (from `/proc/PID/stat`, over 300 loads into fresh keys, one at a time), the
-//!   prebuilt SET under both levels of `idset-table-check`;
+//!   time (from `/proc/PID/stat`, over hundreds to thousands of loads one at a time,
+//!   into fresh keys and then replacing them), the prebuilt SET under both levels of
+//!   `idset-table-check`;
 //! - GET p99 from other clients while one client loads 20,000-id sets 50 times a
 //!   second, against GET p99 on an idle server.
 //!
@@ -119,19 +120,19 @@ fn time_one(t: &Target, req: &[u8], reps: usize) -> f64 {
     median(samples)
 }
 
-/// Server CPU time per load, µs: `LOADS` loads one at a time, each into a fresh key
+/// Server CPU time per load, µs: `loads` loads one at a time, each into a fresh key
 /// (`req` names key "big:0000", whose digits are replaced), then the same loads again
 /// over those keys, the keys dropped after. Returns both passes: into fresh memory
 /// (the kernel faulting in every new page) and replacing a key's value (memory the
-/// allocator reuses, as a full cache's loads do). Clock ticks are 10 ms, so the runs
-/// are long: 300 loads of at least a tenth of a millisecond of server time each.
-fn load_cpu(t: &Target, req: &[u8]) -> (f64, f64) {
-    const LOADS: usize = 300;
+/// allocator reuses, as a full cache's loads do). Clock ticks are 10 ms, so a pass
+/// must take a second or so of server time for a figure good to a percent or two.
+fn load_cpu(t: &Target, req: &[u8], loads: usize) -> (f64, f64) {
+    assert!(loads <= 10_000, "four digits of key");
     let at = req
         .windows(8)
         .position(|w| w == b"big:0000")
         .expect("a request with key big:0000");
-    let reqs: Vec<Vec<u8>> = (0..LOADS)
+    let reqs: Vec<Vec<u8>> = (0..loads)
         .map(|i| {
             let mut r = req.to_vec();
             r[at + 4..at + 8].copy_from_slice(format!("{i:04}").as_bytes());
@@ -146,7 +147,7 @@ fn load_cpu(t: &Target, req: &[u8]) -> (f64, f64) {
             let reply = support::read_replies(&mut s, 1, &mut Vec::new()).unwrap();
             assert!(!reply[0].is_error(), "{:?}", reply[0]);
         }
-        (support::harness::cpu_ns(t.pid()) - before) as f64 / LOADS as f64 / 1e3
+        (support::harness::cpu_ns(t.pid()) - before) as f64 / loads as f64 / 1e3
     };
     let (fresh, replace) = (pass(), pass());
     roundtrip(&mut t.connect(), &[b"FLUSHALL"]).unwrap();
@@ -284,14 +285,16 @@ fn main() {
     };
     let (mut sample, mut full, mut rel_dec, mut red_dec) = (vec![], vec![], vec![], vec![]);
     for _ in 0..rounds {
+        // About a second of server time a pass (a prebuilt load is ~0.1 ms replacing
+        // a key, Redis's SADD several ms).
         check_level(b"sample");
-        sample.push(load_cpu(&relcache, &table_req));
+        sample.push(load_cpu(&relcache, &table_req, 5_000));
         check_level(b"full");
-        full.push(load_cpu(&relcache, &table_req));
+        full.push(load_cpu(&relcache, &table_req, 2_000));
         check_level(b"sample");
-        rel_dec.push(load_cpu(&relcache, &sadd_req).0);
+        rel_dec.push(load_cpu(&relcache, &sadd_req, 600).0);
         // The second pass would add nothing to Redis's sets: only the first counts.
-        red_dec.push(load_cpu(&redis, &sadd_req).0);
+        red_dec.push(load_cpu(&redis, &sadd_req, 200).0);
     }
     let fresh = |v: &[(f64, f64)]| median(v.iter().map(|p| p.0).collect());
     let replace = |v: &[(f64, f64)]| median(v.iter().map(|p| p.1).collect());

@@ -157,6 +157,17 @@ impl RequestDecoder {
         }
     }
 
+    /// How many more bytes than `buffered` (the bytes in the buffer, the request
+    /// under way at its front) that request needs at least: the rest of a bulk
+    /// argument whose header has been read, 0 when none is under way. A server can
+    /// grow its buffer once for a big argument instead of by doubling.
+    pub fn bytes_wanted(&self, buffered: usize) -> usize {
+        match self.progress.bulk_len {
+            Some(len) => (self.progress.pos + len + 2).saturating_sub(buffered),
+            None => 0,
+        }
+    }
+
     /// Decodes one request from the front of `buf` into `args`.
     ///
     /// Returns `Ok(true)` with `args` holding the request's arguments (slices of the
@@ -883,6 +894,23 @@ mod tests {
         assert_eq!(args[n - 1], (n - 1).to_string());
         assert!(buf.is_empty());
         assert!(decoder.progress.args.capacity() <= MAX_PREALLOC);
+    }
+
+    #[test]
+    fn bytes_wanted_is_the_rest_of_the_bulk_under_way() {
+        let mut decoder = RequestDecoder::new(Limits::default());
+        let mut args = Vec::new();
+        let mut buf = BytesMut::from(&b"*2\r\n$3\r\nSET\r\n$100"[..]);
+        assert!(!decoder.decode(&mut buf, &mut args).unwrap());
+        assert_eq!(decoder.bytes_wanted(buf.len()), 0, "no header read yet");
+        buf.extend_from_slice(b"\r\nabc");
+        assert!(!decoder.decode(&mut buf, &mut args).unwrap());
+        // 100 bytes and the CRLF, three of them here.
+        assert_eq!(decoder.bytes_wanted(buf.len()), 99);
+        buf.extend_from_slice(&[b'x'; 97]);
+        buf.extend_from_slice(b"\r\n");
+        assert!(decoder.decode(&mut buf, &mut args).unwrap());
+        assert_eq!(decoder.bytes_wanted(buf.len()), 0);
     }
 
     #[test]
