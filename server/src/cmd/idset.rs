@@ -3,7 +3,7 @@
 //!
 //! What a relation service needs that the SET family cannot say:
 //! - load a whole follow set in one command, from a prebuilt table, packed ids or
-//!   decimal ids (`IDSET.LOAD`), built and validated before any lock is taken;
+//!   decimal ids (`IDSET.LOAD`), built and checked before any lock is taken;
 //! - tell a cache miss from a "no": every read here replies nil for a missing key,
 //!   where SISMEMBER would say 0 and send the caller to MySQL for nothing — or worse,
 //!   not send it;

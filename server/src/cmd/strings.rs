@@ -14,11 +14,11 @@
 //!
 //! One relcache addition: a whole-value write (SET and its variants, GETSET, MSET,
 //! MSETNX) of bytes that start with the idset table magic stores an idset (TYPE
-//! `set`), validated before the lock, or fails with "invalid idset table" and writes
-//! nothing — a relation service fills a follow set with one SET. The commands that
-//! read a whole value the way GET does (GET, MGET, GETEX, GETDEL, GETSET, SET … GET)
-//! return such a set's table bytes; every other string command treats it as the
-//! wrong type.
+//! `set`), checked before the lock as `idset-table-check` says, or fails with
+//! "invalid idset table" and writes nothing — a relation service fills a follow set
+//! with one SET. Read back, such a set is a set, as in Redis: GET and the commands
+//! that read a value the way GET does answer WRONGTYPE (MGET reads it as nil), and
+//! IDSET.TABLE hands out the table bytes.
 //!
 //! INCRBYFLOAT computes in x87 80-bit extended precision and prints with `%.17Lf`
 //! like Redis on x86-64, emulated exactly by [`crate::longdouble`], so its replies match
