@@ -612,29 +612,36 @@ fn smove(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 
 /// A uniformly random member of a non-empty table: the flag ids by their share of
 /// the members, slot ids by sampling random slots (falling back to a random rank on
-/// a table so sparse that sampling keeps missing).
+/// a table so sparse that sampling keeps missing: a walk over the whole table, so
+/// callers that draw many use [`sample_member`] and gather the members once).
 fn random_member(table: &TableRef<'_>, rng: &mut impl Rng) -> u64 {
+    sample_member(table, rng).unwrap_or_else(|| {
+        let rank = rng.gen_range(0..u64::from(table.count()));
+        table
+            .slots(0)
+            .flatten()
+            .nth(rank as usize)
+            .expect("count ids in slots")
+    })
+}
+
+/// [`random_member`] without the fallback: `None` when every sampled slot missed,
+/// which a table at the density the server keeps (an eighth at least) almost never
+/// does, and a sparse one (`IDSET.LOAD … RESERVE`, a client's table) often does.
+fn sample_member(table: &TableRef<'_>, rng: &mut impl Rng) -> Option<u64> {
     let n = table.len();
     let in_slots = u64::from(table.count());
     let r = rng.gen_range(0..n);
     if r >= in_slots {
         let mut flags = [0, u64::MAX].into_iter().filter(|&id| table.contains(id));
-        return flags
-            .nth((r - in_slots) as usize)
-            .expect("flag ids counted in len");
+        return Some(
+            flags
+                .nth((r - in_slots) as usize)
+                .expect("flag ids counted in len"),
+        );
     }
     let cap = table.capacity();
-    for _ in 0..RANDOM_SLOT_TRIES {
-        if let Some(id) = table.slot(u64::from(rng.gen_range(0..cap))) {
-            return id;
-        }
-    }
-    let rank = rng.gen_range(0..in_slots);
-    table
-        .slots(0)
-        .flatten()
-        .nth(rank as usize)
-        .expect("count ids in slots")
+    (0..RANDOM_SLOT_TRIES).find_map(|_| table.slot(u64::from(rng.gen_range(0..cap))))
 }
 
 /// `count` distinct random members (`count` < the set's size).
@@ -648,7 +655,10 @@ fn random_distinct(table: &TableRef<'_>, count: usize, rng: &mut impl Rng) -> Ve
         let mut seen = ahash::AHashSet::with_capacity(count);
         let mut out = Vec::with_capacity(count);
         for _ in 0..count.saturating_mul(8).saturating_add(64) {
-            let id = random_member(table, rng);
+            // A sparse table: one walk gathering the members beats one per draw.
+            let Some(id) = sample_member(table, rng) else {
+                break;
+            };
             if seen.insert(id) {
                 out.push(id);
                 if out.len() == count {
@@ -714,16 +724,18 @@ fn srandmember(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
                 "count is out of range: relcache replies with at most {MAX_RANDOM_REPLY} random members"
             )));
         }
-        if draws >= u64::from(table.capacity()) / 8 {
-            let all: Vec<u64> = table.iter().collect();
-            (0..draws)
-                .map(|_| all[rng.gen_range(0..all.len())])
-                .collect()
-        } else {
-            (0..draws)
-                .map(|_| random_member(&table, &mut rng))
-                .collect()
+        // Sampling slots, until the table proves too sparse for it; then (or for
+        // draws enough to cost a walk anyway) from the members gathered once.
+        let mut ids = Vec::with_capacity(draws as usize);
+        if draws < u64::from(table.capacity()) / 8 {
+            ids.extend((0..draws).map_while(|_| sample_member(&table, &mut rng)));
         }
+        if (ids.len() as u64) < draws {
+            let all: Vec<u64> = table.iter().collect();
+            let left = draws - ids.len() as u64;
+            ids.extend((0..left).map(|_| all[rng.gen_range(0..all.len())]));
+        }
+        ids
     } else if count as u64 >= n {
         table.iter().collect()
     } else {
