@@ -656,7 +656,7 @@ pub static PARAMS: &[Param] = &[
         name: "idset-table-check",
         mutable: true,
         protected: false,
-        help: "How much of a table a client stores is proven: sample (its structure and the placement of about 256 of its ids, the default) or full (every id's placement: ~13 ns an id)",
+        help: "How much of a table a client stores is proven: sample (its structure and the placement of the ids in 256 to 511 evenly spaced slots, the default) or full (every id's placement: ~13 ns an id)",
         get: |c| if c.idset_check_full.load(Relaxed) { "full" } else { "sample" }.into(),
         set: |c, v| {
             let full = match v.to_ascii_lowercase().as_str() {

@@ -139,8 +139,9 @@ pub enum Check {
     /// (a snapshot or dump the server wrote, under its checksum). O(capacity),
     /// sequential and branch-free: about a third of a nanosecond a slot.
     Structure,
-    /// The structure, and the placement of the ids in an evenly spaced sample of about
-    /// [`SAMPLE_SLOTS`] slots, in slot order: catches a builder whose hash, step or
+    /// The structure, and the placement of the ids in evenly spaced slots, every
+    /// `max(1, capacity / SAMPLE_SLOTS)`-th from slot 0 ([`SAMPLE_SLOTS`] to twice
+    /// that many), in slot order: catches a builder whose hash, step or
     /// probe rule is wrong (any such bug misplaces a large share of the ids) for a few
     /// microseconds, whatever the table's size. The same bytes always get the same
     /// verdict.
@@ -151,8 +152,8 @@ pub enum Check {
     Full,
 }
 
-/// How many slots [`Check::Sample`] proves the placement of (fewer in a smaller
-/// table: every slot of one up to this size).
+/// How many slots [`Check::Sample`] proves the placement of, at least (up to twice
+/// as many; every slot of a table under twice this size).
 pub const SAMPLE_SLOTS: u32 = 256;
 
 /// Checks that `bytes` is a valid table and returns a view of it: [`check`] with
