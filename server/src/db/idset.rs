@@ -330,17 +330,16 @@ impl IdSet {
     /// was checked only in part, a lookup may miss one (misplaced) or find it again
     /// after removing it (stored twice): then the table is rebuilt, which places
     /// every id once, and the removal done on that. A pop loop always ends.
+    /// The rebuild runs under the caller's lock, but only for such a table.
     pub fn remove_members(&mut self, ids: &[u64]) -> u64 {
-        let all_found = ids.iter().all(|&id| self.contains(id));
-        if all_found {
-            let removed = self.remove_many(ids);
-            if !ids.iter().any(|&id| self.contains(id)) {
-                return removed;
-            }
+        // `ids` are distinct members, so a valid table removes every one of them.
+        let removed = self.remove_many(ids);
+        if removed == ids.len() as u64 && !ids.iter().any(|&id| self.contains(id)) {
+            return removed;
         }
         let rebuilt = self.plan_rebuild(0);
         self.replace(rebuilt);
-        self.remove_many(ids)
+        removed + self.remove_many(ids)
     }
 
     fn remove_inner(&mut self, ids: &[u64]) -> u64 {
