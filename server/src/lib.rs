@@ -10,6 +10,7 @@
 pub mod alloc;
 mod blocking;
 mod client_memory;
+mod clock;
 mod cluster;
 mod cmd;
 pub mod config;

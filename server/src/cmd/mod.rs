@@ -916,7 +916,7 @@ fn run_in<'a, 'v>(
     view: ViewSlot<'a, 'v>,
     resumed: Option<Instant>,
 ) -> Outcome {
-    let start = Instant::now();
+    let start = crate::clock::Stamp::now();
     // Inside EXEC or a script, CLIENT LIST goes on showing exec or eval, as Redis's.
     if !matches!(view, ViewSlot::Exec(_)) {
         session.info.last_cmd.store(id, Relaxed);
@@ -952,7 +952,7 @@ fn run_in<'a, 'v>(
     }
     let stats = &server.cmdstats[id];
     stats.calls.incr();
-    let nanos = start.elapsed().as_nanos() as u64;
+    let nanos = start.elapsed_ns();
     stats.nanos.add(nanos);
     server.stats.total_commands_processed.incr();
     crate::observe::after_command(server, &ctx.session.info, id, spec, args, nanos);

@@ -284,15 +284,4 @@ impl Db {
     }
 }
 
-/// Unix time in milliseconds.
-pub fn now_ms() -> u64 {
-    // Read on every command: clock_gettime itself, without SystemTime's
-    // duration arithmetic (callgrind: a third of the instructions of the call).
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime only writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec.max(0) as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
-}
+pub use crate::clock::now_ms;
