@@ -199,7 +199,9 @@ impl RequestDecoder {
                 Parsed::Multibulk { len } if self.progress.args.is_empty() => buf.advance(len),
                 Parsed::Multibulk { len } => {
                     let request = buf.split_to(len).freeze();
-                    args.extend(self.progress.args.drain(..).map(|r| request.slice(r)));
+                    // From a slice iterator, which knows its length: one reserve, no
+                    // capacity check a push.
+                    args.extend(self.progress.args.iter().map(|r| request.slice(r.clone())));
                 }
                 Parsed::Inline { len, args: words } => {
                     buf.advance(len);
@@ -301,12 +303,19 @@ impl Progress {
         let count = match self.count {
             Some(count) => count,
             None => {
-                let too_big = "too big mbulk count string";
-                let Some(cr) = find_cr(buf, 0, &mut self.scanned, MAX_HEADER_LINE, too_big)? else {
-                    return Ok(Parsed::Incomplete);
+                let (number, len) = match short_header(buf, b'*') {
+                    Some((n, len)) => (Some(n as i64), len),
+                    None => {
+                        let too_big = "too big mbulk count string";
+                        let Some(cr) =
+                            find_cr(buf, 0, &mut self.scanned, MAX_HEADER_LINE, too_big)?
+                        else {
+                            return Ok(Parsed::Incomplete);
+                        };
+                        (header_number(buf, 0, cr), cr + 2)
+                    }
                 };
-                let len = cr + 2;
-                let count = match header_number(buf, 0, cr) {
+                let count = match number {
                     // Redis skips every count <= 0 as an empty request, and clients
                     // (and the upstream test suite) rely on the connection staying up.
                     Some(n) if n <= 0 => return Ok(Parsed::Multibulk { len }),
@@ -353,7 +362,7 @@ impl Progress {
     /// header is incomplete.
     fn bulk_header(&mut self, buf: &[u8], limits: &Limits) -> Result<Option<usize>, ProtocolError> {
         let start = self.pos;
-        let (len, end) = match buf.get(start..).and_then(short_bulk_header) {
+        let (len, end) = match buf.get(start..).and_then(|b| short_header(b, b'$')) {
             Some((len, header)) => (Some(len), start + header),
             None => {
                 let Some(&kind) = buf.get(start) else {
@@ -414,17 +423,18 @@ impl Progress {
     }
 }
 
-/// The length and header size of a bulk header of one or two digits in canonical form
-/// (`$7\r\n`, `$42\r\n`) at the front of `buf`: what nearly every argument of a
-/// command over ids or short keys starts with, read without a search. Anything else,
-/// a header still incomplete included, is `None` and takes the general path, which
-/// accepts and refuses exactly as before.
+/// The number and header size of a `kind` header (`$` bulk, `*` multibulk) of one or
+/// two digits in canonical form (`$7\r\n`, `*3\r\n`, `$42\r\n`) at the front of
+/// `buf`: what nearly every request and every argument of a command over ids or
+/// short keys starts with, read without a search. Anything else, a header still
+/// incomplete included, is `None` and takes the general path, which accepts and
+/// refuses exactly as before.
 #[inline]
-fn short_bulk_header(buf: &[u8]) -> Option<(usize, usize)> {
+fn short_header(buf: &[u8], kind: u8) -> Option<(usize, usize)> {
     let digit = |b: u8| b.wrapping_sub(b'0') < 10;
     match *buf {
-        [b'$', d, b'\r', b'\n', ..] if digit(d) => Some((usize::from(d - b'0'), 4)),
-        [b'$', d1, d2, b'\r', b'\n', ..] if d1 != b'0' && digit(d1) && digit(d2) => {
+        [k, d, b'\r', b'\n', ..] if k == kind && digit(d) => Some((usize::from(d - b'0'), 4)),
+        [k, d1, d2, b'\r', b'\n', ..] if k == kind && d1 != b'0' && digit(d1) && digit(d2) => {
             Some((usize::from(d1 - b'0') * 10 + usize::from(d2 - b'0'), 5))
         }
         _ => None,
