@@ -80,17 +80,15 @@ pub(super) fn write_shard(lock: &RwLock<ShardMap>) -> RwLockWriteGuard<'_, Shard
 
 impl<'a> View<'a> {
     pub(super) fn lock(db: &'a Db, shards: &[usize], mode: LockMode) -> View<'a> {
-        let guards = shards
-            .iter()
-            .map(|&i| {
-                let lock = &db.shard(i).map;
-                let g = match mode {
-                    LockMode::Read => Guard::Read(read_shard(lock)),
-                    LockMode::Write => Guard::Write(write_shard(lock)),
-                };
-                (i, g)
-            })
-            .collect();
+        let mut guards = Guards::new();
+        for &i in shards {
+            let lock = &db.shard(i).map;
+            let g = match mode {
+                LockMode::Read => Guard::Read(read_shard(lock)),
+                LockMode::Write => Guard::Write(write_shard(lock)),
+            };
+            guards.push((i, g));
+        }
         // Taken after the locks: a command sees one instant for all its keys.
         let now = now_ms();
         View {
