@@ -156,6 +156,51 @@ fn ping_echo_select_quit() {
     assert_eq!(end, ReadEnd::Eof);
 }
 
+/// Each request is resolved by its own name, however the one before it was: the
+/// connection's remembered last command must never answer for another (a
+/// container and its subcommands, a different case, a wrong arity).
+#[test]
+fn every_request_runs_the_command_it_names() {
+    let srv = TestServer::start();
+    let mut c = Raw::new(&srv);
+    assert_eq!(c.wire(&["SET", "k", "v"]), "+OK\r\n");
+    assert_eq!(c.wire(&["GET", "k"]), "$1\r\nv\r\n");
+    assert_eq!(c.wire(&["GET", "k"]), "$1\r\nv\r\n");
+    assert_eq!(c.wire(&["get", "k"]), "$1\r\nv\r\n");
+    assert_eq!(c.wire(&["GeT", "k"]), "$1\r\nv\r\n");
+    assert_eq!(
+        c.wire(&["GET"]),
+        "-ERR wrong number of arguments for 'get' command\r\n"
+    );
+    assert_eq!(c.wire(&["GET", "k"]), "$1\r\nv\r\n");
+    assert_eq!(c.wire(&["GETSET", "k", "w"]), "$1\r\nv\r\n");
+    assert_eq!(c.wire(&["GETSET", "k", "v"]), "$1\r\nw\r\n");
+    assert_eq!(c.wire(&["CONFIG", "SET", "hz", "11"]), "+OK\r\n");
+    assert_eq!(
+        c.wire(&["CONFIG", "GET", "hz"]),
+        "*2\r\n$2\r\nhz\r\n$2\r\n11\r\n"
+    );
+    assert_eq!(c.wire(&["CONFIG", "SET", "hz", "10"]), "+OK\r\n");
+    assert_eq!(
+        c.wire(&["CONFIG"]),
+        "-ERR wrong number of arguments for 'config' command\r\n"
+    );
+    assert_eq!(
+        c.wire(&["CONFIG", "GET", "hz"]),
+        "*2\r\n$2\r\nhz\r\n$2\r\n10\r\n"
+    );
+    assert_eq!(c.wire(&["GET", "k"]), "$1\r\nv\r\n");
+    // An unknown name is never remembered, however long.
+    for _ in 0..2 {
+        assert_eq!(
+            c.wire(&["NOSUCHCOMMANDWITHALONGNAME", "k"]),
+            "-ERR unknown command 'NOSUCHCOMMANDWITHALONGNAME', with args beginning with: 'k' \r\n"
+        );
+    }
+    assert_eq!(c.wire(&["IDSET.MEXISTSBIN", "nokey", ""]), "$-1\r\n");
+    assert_eq!(c.wire(&["GET", "k"]), "$1\r\nv\r\n");
+}
+
 #[test]
 fn auth_without_a_password() {
     let srv = TestServer::start();

@@ -313,6 +313,8 @@ pub struct Session {
     /// Cluster mode: READONLY was sent (reads may be served by replicas, which
     /// relcache does not have yet: kept so READWRITE and CLIENT INFO agree).
     pub readonly: bool,
+    /// The command this connection sent last, to skip looking its name up again.
+    pub last_command: crate::cmd::LastCommand,
 }
 
 impl ClientInfo {
@@ -336,6 +338,7 @@ impl Session {
             tracking: None,
             asking: false,
             readonly: false,
+            last_command: Default::default(),
         }
     }
 
