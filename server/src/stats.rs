@@ -8,7 +8,7 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
-const STRIPES: usize = 16;
+pub(crate) const STRIPES: usize = 16;
 
 #[repr(align(128))]
 #[derive(Default)]
@@ -32,7 +32,8 @@ thread_local! {
 }
 static NEXT_STRIPE: AtomicUsize = AtomicUsize::new(0);
 
-fn stripe() -> usize {
+/// This thread's stripe of the striped counters.
+pub(crate) fn stripe() -> usize {
     STRIPE.with(|s| {
         let mut i = s.get();
         if i == usize::MAX {

@@ -1,14 +1,18 @@
 //! Per-command latency histograms (`INFO latencystats`, `LATENCY HISTOGRAM`).
 //!
-//! Every worker thread records into the same histogram with one relaxed
-//! `fetch_add`: no lock on the request path. Buckets are log-linear over
+//! A worker thread records into its own stripe of a command's histogram with one
+//! relaxed `fetch_add`: no lock on the request path, and no cache line that two
+//! loops running the same command both write (a shared one moved between the
+//! cores on every call). Reads sum the stripes. Buckets are log-linear over
 //! nanoseconds, 16 per power of two (at most 1/16 = 6.25% relative error, against
 //! HdrHistogram's 1% in Redis), from 1 ns to 2^37 ns (about 2 minutes; longer
-//! durations land in the last bucket). The 4.3 KB of buckets are allocated on a
-//! command's first call, so commands never used cost one pointer.
+//! durations land in the last bucket). A stripe's 4.3 KB of buckets are allocated
+//! on its first call, so a command never used costs a pointer a stripe.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
+
+use crate::stats::{stripe, STRIPES};
 
 const SUB_BITS: u32 = 4;
 const SUB: usize = 1 << SUB_BITS;
@@ -16,10 +20,19 @@ const SUB: usize = 1 << SUB_BITS;
 const MAX_POW: u32 = 36;
 pub const BUCKETS: usize = (MAX_POW as usize - SUB_BITS as usize + 2) * SUB;
 
+type Buckets = [AtomicU64; BUCKETS];
+
 /// One command's durations.
-#[derive(Default)]
 pub struct Histogram {
-    buckets: OnceLock<Box<[AtomicU64]>>,
+    stripes: [OnceLock<Box<Buckets>>; STRIPES],
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            stripes: std::array::from_fn(|_| OnceLock::new()),
+        }
+    }
 }
 
 /// The bucket of a duration in ns.
@@ -48,27 +61,26 @@ fn upper(i: usize) -> u64 {
 impl Histogram {
     #[inline]
     pub fn record(&self, nanos: u64) {
-        let b = self
-            .buckets
-            .get_or_init(|| (0..BUCKETS).map(|_| AtomicU64::new(0)).collect());
+        let b = self.stripes[stripe()]
+            .get_or_init(|| Box::new(std::array::from_fn(|_| AtomicU64::new(0))));
         b[index(nanos)].fetch_add(1, Relaxed);
     }
 
     /// A copy of the counts, or `None` if nothing was recorded since the start or
     /// the last reset.
     pub fn snapshot(&self) -> Option<Snapshot> {
-        let counts: Vec<u64> = self
-            .buckets
-            .get()?
-            .iter()
-            .map(|c| c.load(Relaxed))
-            .collect();
+        let mut counts = vec![0u64; BUCKETS];
+        for b in self.stripes.iter().filter_map(OnceLock::get) {
+            for (sum, c) in counts.iter_mut().zip(b.iter()) {
+                *sum += c.load(Relaxed);
+            }
+        }
         let total = counts.iter().sum();
         (total > 0).then_some(Snapshot { counts, total })
     }
 
     pub fn reset(&self) {
-        if let Some(b) = self.buckets.get() {
+        for b in self.stripes.iter().filter_map(OnceLock::get) {
             b.iter().for_each(|c| c.store(0, Relaxed));
         }
     }
@@ -153,6 +165,24 @@ mod tests {
         assert!((40_000..42_600).contains(&s.percentile(99.0)));
         assert!(s.percentile(99.9) >= 3_000_000);
         assert_eq!(s.cumulative_usec(), vec![(2, 98), (65, 99), (4194, 100)]);
+        h.reset();
+        assert!(h.snapshot().is_none());
+    }
+
+    #[test]
+    fn threads_record_into_stripes_that_reads_sum() {
+        let h = Histogram::default();
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let h = &h;
+                s.spawn(move || (0..1000).for_each(|_| h.record(1_000 * (t + 1))));
+            }
+        });
+        assert!(h.stripes.iter().filter(|b| b.get().is_some()).count() >= 2);
+        let snap = h.snapshot().unwrap();
+        assert_eq!(snap.total, 4000);
+        assert!((1_000..1_070).contains(&snap.percentile(25.0)));
+        assert!((4_000..4_300).contains(&snap.percentile(100.0)));
         h.reset();
         assert!(h.snapshot().is_none());
     }
