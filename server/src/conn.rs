@@ -127,10 +127,8 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
     let mut read_since_write = false;
     let mut over_soft_since: Option<Instant> = None;
     let mut closing = false;
-    // Created once: registering a fresh waiter with the token on every batch would
-    // take its lock twice per round trip.
-    let killed = info.kill.cancelled();
-    tokio::pin!(killed);
+    // Created once, and cheap to poll on every pass (see `cancel`).
+    let mut killed = crate::cancel::Cancelled::new(info.kill.clone());
 
     // A blocking command waiting for its key; requests behind it wait with it, so
     // replies stay in order.
