@@ -44,26 +44,74 @@ impl Stamp {
     }
 }
 
-thread_local! {
-    /// (wall-clock ns, counter reading) when this thread last read the OS clock.
-    static ANCHOR: Cell<Option<(u64, u64)>> = const { Cell::new(None) };
+/// A thread's anchor: the wall time and counter reading it pairs, and the last
+/// time it returned.
+#[derive(Clone, Copy)]
+struct Anchor {
+    wall: u64,
+    at: u64,
+    last: u64,
 }
 
-/// Unix time in nanoseconds.
+thread_local! {
+    static ANCHOR: Cell<Option<Anchor>> = const { Cell::new(None) };
+}
+
+/// How far a re-anchored thread's time may fall behind what it last returned and
+/// still be held at that (the calibration's drift over an anchor's life, ns at
+/// most); a larger step back is the system clock being set back, and is followed.
+const HOLD_NS: u64 = 1_000_000;
+
+/// Unix time in nanoseconds; never less than this thread's previous reading but
+/// when the system clock is set back.
 pub fn now_ns() -> u64 {
     let c = counter();
     let raw = c.raw();
-    ANCHOR.with(|anchor| {
-        if let Some((wall, at)) = anchor.get() {
-            let since = c.delta_as_nanos(at, raw);
-            if since < ANCHOR_AGE_NS && raw >= at {
-                return wall + since;
+    ANCHOR.with(|cell| {
+        let anchor = match cell.get() {
+            Some(a) if raw >= a.at && c.delta_as_nanos(a.at, raw) < ANCHOR_AGE_NS => a,
+            old => {
+                let (wall, at) = wall_and_counter(c);
+                Anchor {
+                    wall,
+                    at,
+                    last: old.map_or(0, |a| a.last),
+                }
             }
+        };
+        let mut now = anchor.wall + c.delta_as_nanos(anchor.at, raw.max(anchor.at));
+        if now < anchor.last && anchor.last - now < HOLD_NS {
+            now = anchor.last;
         }
-        let wall = os_wall_ns();
-        anchor.set(Some((wall, raw)));
-        wall
+        cell.set(Some(Anchor {
+            last: now,
+            ..anchor
+        }));
+        now
     })
+}
+
+/// The OS's wall time and the counter reading it goes with: the counter read on
+/// both sides of the OS read and the midpoint taken, retried while a pair is more
+/// than 20 µs apart (the thread was preempted between the reads), so the anchor
+/// does not carry that delay into the next 50 ms of readings.
+fn wall_and_counter(c: &quanta::Clock) -> (u64, u64) {
+    let mut best = None;
+    for _ in 0..4 {
+        let before = c.raw();
+        let wall = os_wall_ns();
+        let after = c.raw();
+        let gap = c.delta_as_nanos(before, after);
+        let mid = before + after.saturating_sub(before) / 2;
+        if best.is_none_or(|(g, _, _)| gap < g) {
+            best = Some((gap, wall, mid));
+        }
+        if gap < 20_000 {
+            break;
+        }
+    }
+    let (_, wall, at) = best.expect("at least one reading");
+    (wall, at)
 }
 
 /// Unix time in milliseconds.
@@ -95,6 +143,18 @@ mod tests {
             assert!(ours + 1_000_000 >= before, "{ours} far before {before}");
             assert!(ours <= after + 1_000_000, "{ours} far after {after}");
             std::thread::sleep(std::time::Duration::from_millis(30));
+        }
+    }
+
+    #[test]
+    fn a_thread_never_reads_time_going_back() {
+        let start = Stamp::now();
+        let mut prev = now_ns();
+        // Four anchors' lives: each re-anchoring is crossed.
+        while start.elapsed_ns() < 4 * ANCHOR_AGE_NS + 10_000_000 {
+            let t = now_ns();
+            assert!(t >= prev, "{t} after {prev}");
+            prev = t;
         }
     }
 

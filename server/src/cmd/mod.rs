@@ -821,7 +821,6 @@ fn gate_shards(
     Some(shards)
 }
 
-/// Finds the command (and subcommand) for `args` and checks its arity.
 /// A connection's last plain command, by the exact bytes it was named with: a
 /// client sends the same few commands in the same case, and matching ≤ 16 bytes is
 /// a tenth of the registry's lowercasing, hashing and probing (callgrind: ~160
@@ -870,6 +869,7 @@ fn resolve_cached(
     Ok((id, spec))
 }
 
+/// Finds the command (and subcommand) for `args` and checks its arity.
 fn resolve(reg: &Registry, args: &[Bytes]) -> Result<(usize, &'static CommandSpec), CmdError> {
     let Some((mut id, mut spec)) = reg.command(&args[0]) else {
         return Err(unknown_command(args));

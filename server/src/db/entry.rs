@@ -114,8 +114,17 @@ impl Entry {
         self.lru.load(Relaxed)
     }
 
-    /// Milliseconds since the last access, given the current LRU clock.
+    /// Milliseconds since the last access, given the current LRU clock (which
+    /// wraps every 49 days). An access stamped up to a minute after `lru_clock`
+    /// (another thread's clock a little ahead of the caller's) counts as idle for
+    /// 0 ms, not 49 days.
     pub fn idle_ms(&self, lru_clock: u32) -> u64 {
-        lru_clock.wrapping_sub(self.lru()) as u64
+        const AHEAD: u32 = 60_000;
+        let d = lru_clock.wrapping_sub(self.lru());
+        if d > u32::MAX - AHEAD {
+            0
+        } else {
+            d as u64
+        }
     }
 }

@@ -69,6 +69,9 @@ impl Histogram {
     /// A copy of the counts, or `None` if nothing was recorded since the start or
     /// the last reset.
     pub fn snapshot(&self) -> Option<Snapshot> {
+        if self.stripes.iter().all(|b| b.get().is_none()) {
+            return None;
+        }
         let mut counts = vec![0u64; BUCKETS];
         for b in self.stripes.iter().filter_map(OnceLock::get) {
             for (sum, c) in counts.iter_mut().zip(b.iter()) {
