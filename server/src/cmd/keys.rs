@@ -593,11 +593,9 @@ fn object_idletime(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let Some(e) = v.get_notouch(&args[2]) else {
         return Ok(Frame::Null);
     };
-    // Read the clock after the entry: a concurrent reader may have just stored a
-    // newer access time, which would otherwise wrap to a huge idle time.
-    let last = e.lru();
-    let idle_ms = v.db().lru_clock().wrapping_sub(last);
-    let idle_ms = if idle_ms > u32::MAX / 2 { 0 } else { idle_ms };
+    // A concurrent reader may have just stored a newer access time: idle_ms reads
+    // it as 0, not as a wrapped 49 days.
+    let idle_ms = e.idle_ms(v.db().lru_clock());
     Ok(Frame::Integer((idle_ms / 1000) as i64))
 }
 
