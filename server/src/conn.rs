@@ -19,9 +19,11 @@
 //! [`cmd::dispatch`] as a [`Flow`], and a command that has to wait is kept and
 //! woken by [`crate::blocking`].
 
+use std::future::Future;
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -299,36 +301,50 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
         // `client-query-buffer-limit`, as any unread input is.
         let want_read = !closing;
         let want_write = !wbuf.is_empty();
-        tokio::select! {
-            biased;
-            _ = &mut killed => {
+        let event = if parked.is_none() && session.monitor.is_none() && session.pubsub.is_none() {
+            wait_plain(stream, &mut killed, want_read, want_write, deadline).await
+        } else {
+            tokio::select! {
+                biased;
+                _ = &mut killed => Event::Killed,
+                _ = blocking::woken(&mut parked) => Event::Handled,
+                _ = info.unblock_signal.notified(), if parked.is_some() => {
+                    blocking::on_unblock(server, session, &mut parked, &mut wbuf);
+                    Event::Handled
+                }
+                line = monitor::next(&mut session.monitor) => {
+                    monitor::deliver(line, &mut session.monitor, &mut wbuf);
+                    Event::Handled
+                }
+                msg = pubsub::next(&mut session.pubsub) => {
+                    pubsub::deliver(msg, session, &mut wbuf);
+                    Event::Handled
+                }
+                r = stream.writable(), if want_write => Event::from_ready(r, Event::Handled),
+                r = stream.readable(), if want_read => Event::from_ready(r, Event::Readable),
+                _ = sleep_until(deadline) => Event::Deadline,
+            }
+        };
+        match event {
+            Event::Handled => {}
+            Event::Killed => {
                 // Shutdown or CLIENT KILL: hand over what is already computed.
                 let _ = try_write(server, stream, &mut wbuf);
                 return Closed::Normal;
             }
-            _ = blocking::woken(&mut parked) => {}
-            _ = info.unblock_signal.notified(), if parked.is_some() => {
-                blocking::on_unblock(server, session, &mut parked, &mut wbuf);
-            }
-            line = monitor::next(&mut session.monitor) => {
-                monitor::deliver(line, &mut session.monitor, &mut wbuf);
-            }
-            msg = pubsub::next(&mut session.pubsub) => {
-                pubsub::deliver(msg, session, &mut wbuf);
-            }
-            r = stream.writable(), if want_write => {
-                if let Err(e) = r { return Closed::Io(e) }
-            }
-            r = stream.readable(), if want_read => {
-                if let Err(e) = r { return Closed::Io(e) }
+            Event::Failed(e) => return Closed::Io(e),
+            Event::Readable => {
                 let wanted = decoder.bytes_wanted(rbuf.len());
                 match try_read(server, stream, &mut rbuf, wanted) {
                     Ok(0) => return Closed::Normal,
                     Ok(_) => {
                         last_interaction = Instant::now();
                         read_since_write = true;
-                        let active = last_interaction.into_std().saturating_duration_since(info.created);
-                        info.last_active_ms.store(active.as_millis() as u64, Relaxed);
+                        let active = last_interaction
+                            .into_std()
+                            .saturating_duration_since(info.created);
+                        info.last_active_ms
+                            .store(active.as_millis() as u64, Relaxed);
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) => return Closed::Io(e),
@@ -338,7 +354,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                     return Closed::Limit("closing client that reached max query buffer length");
                 }
             }
-            _ = sleep_until(deadline) => {
+            Event::Deadline => {
                 if idle_deadline.is_some_and(|d| d <= Instant::now()) {
                     tracing::debug!(client = info.id, "closing idle client");
                     return Closed::Normal;
@@ -348,6 +364,62 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
             }
         }
     }
+}
+
+/// What ended a connection's wait.
+enum Event {
+    Killed,
+    Readable,
+    /// A time to look at: the idle timeout, the soft output limit, a parked
+    /// command's recheck.
+    Deadline,
+    /// The socket failed.
+    Failed(io::Error),
+    /// Something the wait handled itself (a message delivered, a parked command
+    /// woken), or the socket took output: back to the top of the loop.
+    Handled,
+}
+
+impl Event {
+    fn from_ready(r: io::Result<()>, ok: Event) -> Event {
+        r.map_or_else(Event::Failed, |()| ok)
+    }
+}
+
+/// The wait of a connection that is only reading requests and writing replies
+/// (nothing parked, no subscription, not MONITOR): most of them, and at `-P 1`
+/// one wait a request. The socket's readiness is polled in place
+/// (`poll_read_ready` keeps one waker in the socket's slot) rather than through
+/// `readable()` futures, which link a waiter into the socket's list and unlink
+/// it again each time, and only the sources this connection has are polled.
+async fn wait_plain(
+    stream: &TcpStream,
+    killed: &mut crate::cancel::Cancelled,
+    want_read: bool,
+    want_write: bool,
+    deadline: Option<Instant>,
+) -> Event {
+    let mut sleep = std::pin::pin!(sleep_until(deadline));
+    std::future::poll_fn(|cx| {
+        if std::pin::Pin::new(&mut *killed).poll(cx).is_ready() {
+            return Poll::Ready(Event::Killed);
+        }
+        if want_write {
+            if let Poll::Ready(r) = stream.poll_write_ready(cx) {
+                return Poll::Ready(Event::from_ready(r, Event::Handled));
+            }
+        }
+        if want_read {
+            if let Poll::Ready(r) = stream.poll_read_ready(cx) {
+                return Poll::Ready(Event::from_ready(r, Event::Readable));
+            }
+        }
+        if deadline.is_some() && sleep.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Event::Deadline);
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 /// Sends what is pending (the error that explains the close), then reads and
