@@ -16,6 +16,8 @@
 //! - one `SADD` of S ids (integers, the request written and the reply read);
 //! - `GET` of one value of B megabytes (built with `APPEND` in 4 MB chunks), read in
 //!   full as fast as the client can;
+//! - `DEL` of that value (synchronous, Redis's default: it replies once the
+//!   memory is back);
 //! - a client that never reads, cut off by `client-output-buffer-limit normal 64mb
 //!   0 0`: it pipelines GETs of an F megabyte value, worth 256 MB of replies; the
 //!   window ends when the server no longer counts it in `connected_clients`.
@@ -32,7 +34,7 @@
 //!   read it with the p99 and over rounds.
 //! - Throughput of the heavy operations themselves (their durations are printed,
 //!   but client-side and dominated by transfer for KEYS and GET).
-//! - Other heavy commands (DEL or EXPIRE of a big key, SUNIONSTORE, SCRIPT…), many
+//! - Other heavy commands (EXPIRE of a big key, SUNIONSTORE, SCRIPT…), many
 //!   victims, pipelined victims, or a victim that is itself slow to read.
 //! - Asynchronous deletion options (`FLUSHALL ASYNC`, `lazyfree-*`): the synchronous
 //!   forms are what clients send by default.
@@ -68,11 +70,19 @@ enum Op {
     Flushall,
     Sadd,
     BigGet,
+    BigDel,
     CutOff,
 }
 
 impl Op {
-    const ALL: [Op; 5] = [Op::Keys, Op::Flushall, Op::Sadd, Op::BigGet, Op::CutOff];
+    const ALL: [Op; 6] = [
+        Op::Keys,
+        Op::Flushall,
+        Op::Sadd,
+        Op::BigGet,
+        Op::BigDel,
+        Op::CutOff,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -80,6 +90,7 @@ impl Op {
             Op::Flushall => "FLUSHALL",
             Op::Sadd => "SADD (one request)",
             Op::BigGet => "GET big value",
+            Op::BigDel => "DEL big value",
             Op::CutOff => "output limit cut-off",
         }
     }
@@ -138,6 +149,7 @@ fn skip_reply(r: &mut impl BufRead) -> std::io::Result<u64> {
             }
             Ok(n(&line) as u64)
         }
+        Some(b':') => Ok(n(&line).max(0) as u64),
         Some(b'-') => panic!("error reply: {}", String::from_utf8_lossy(&line)),
         Some(_) => Ok(0),
         None => Err(std::io::ErrorKind::UnexpectedEof.into()),
@@ -230,7 +242,7 @@ fn prepare(t: &Target, op: Op, sizes: &Sizes) {
         // FLUSHALL runs right after KEYS, on the same keys.
         Op::Keys => populate(t.port, sizes.keys),
         Op::Flushall | Op::Sadd => {}
-        Op::BigGet => {
+        Op::BigGet | Op::BigDel => {
             let chunk = vec![b'x'; 4 << 20];
             for _ in 0..sizes.big_mb.div_ceil(4) {
                 call(&mut s, &[b"APPEND", b"big", &chunk]);
@@ -271,11 +283,19 @@ fn run(t: &Target, op: Op, sizes: &Sizes) {
                 req.extend(format!("${}\r\n{id}\r\n", id.len()).as_bytes());
             }
             s.get_mut().write_all(&req).unwrap();
-            assert_eq!(skip_reply(&mut s).unwrap(), 0, "SADD on {}", t.name);
+            assert_eq!(
+                skip_reply(&mut s).unwrap(),
+                sizes.set_ids,
+                "SADD on {}",
+                t.name
+            );
         }
         Op::BigGet => {
             let n = call(&mut s, &[b"GET", b"big"]);
             assert!(n >= sizes.big_mb << 20, "GET big on {}", t.name);
+        }
+        Op::BigDel => {
+            assert_eq!(call(&mut s, &[b"DEL", b"big"]), 1, "DEL big on {}", t.name);
         }
         Op::CutOff => {
             let mut ctl = BufReader::new(connect(t.port));

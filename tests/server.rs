@@ -558,6 +558,74 @@ fn flush_frees_sync_before_reply_async_after() {
     assert_eq!(replies, vec![Value::Okay, Value::Okay, Value::Int(1)]);
 }
 
+/// A big value is never freed under its shard's lock or on its client's loop.
+/// DEL (and an overwrite) still replies once the memory is back, as Redis's does
+/// by default; UNLINK, DEL with `lazyfree-lazy-user-del yes` and expiry leave it
+/// to the lazy-free thread, which INFO counts.
+#[test]
+fn big_values_freed_before_del_replies_and_after_unlink() {
+    const BIG: u64 = 32 << 20;
+    let srv = TestServer::start();
+    let mut con = srv.conn();
+    let base = memory_field(&mut con, "used_memory");
+    let make_big = |con: &mut Connection, key: &str| {
+        query(con, &["SETRANGE", key, &(BIG - 1).to_string(), "x"]).unwrap();
+        let used = memory_field(con, "used_memory");
+        assert!(used > base + BIG / 4 * 3, "{key}: {base} -> {used}");
+    };
+    let back = |con: &mut Connection| memory_field(con, "used_memory") < base + BIG / 4;
+    let lazyfreed = |con: &mut Connection| memory_field(con, "lazyfreed_objects");
+    // Freed by the time its reply is read.
+    let synchronous = |con: &mut Connection, cmd: &[&str], reply: Value| {
+        let before = lazyfreed(con);
+        assert_eq!(query(con, cmd).unwrap(), reply, "{cmd:?}");
+        assert!(back(con), "{cmd:?} replied before the memory was back");
+        assert_eq!(
+            lazyfreed(con),
+            before,
+            "{cmd:?} went to the lazy-free thread"
+        );
+    };
+    // Handed to the lazy-free thread, which frees it soon.
+    let in_background = |con: &mut Connection, cmd: &[&str], reply: Value| {
+        let before = lazyfreed(con);
+        assert_eq!(query(con, cmd).unwrap(), reply, "{cmd:?}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while lazyfreed(con) == before || !back(con) {
+            assert!(
+                Instant::now() < deadline,
+                "{cmd:?}: never freed in the background"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+
+    make_big(&mut con, "a");
+    synchronous(&mut con, &["DEL", "a", "missing"], Value::Int(1));
+    make_big(&mut con, "b");
+    synchronous(&mut con, &["SET", "b", "small"], Value::Okay);
+    assert_eq!(
+        query(&mut con, &["GET", "b"]).unwrap(),
+        Value::BulkString(b"small".to_vec())
+    );
+    make_big(&mut con, "c");
+    in_background(&mut con, &["UNLINK", "c"], Value::Int(1));
+    query(
+        &mut con,
+        &["CONFIG", "SET", "lazyfree-lazy-user-del", "yes"],
+    )
+    .unwrap();
+    make_big(&mut con, "d");
+    in_background(&mut con, &["DEL", "d"], Value::Int(1));
+    make_big(&mut con, "e");
+    in_background(&mut con, &["PEXPIRE", "e", "1"], Value::Int(1));
+    assert_eq!(
+        query(&mut con, &["EXISTS", "a", "b", "c", "d", "e"]).unwrap(),
+        Value::Int(1)
+    );
+    assert_eq!(memory_field(&mut con, "lazyfree_pending_objects"), 0);
+}
+
 #[test]
 fn time_lastsave_save_swapdb() {
     let srv = TestServer::start();

@@ -7,7 +7,7 @@
 //! `CONFIG SET` takes effect for every connection without a lock on the read side.
 //!
 //! No parameter is accepted and then ignored: each one either acts, or refuses the
-//! values relcache cannot honour (`appendonly`, `lazyfree-lazy-user-del`),
+//! values relcache cannot honour (`appendonly yes`),
 //! so a client that probes them learns the truth.
 
 use std::fmt;
@@ -222,6 +222,8 @@ pub struct Config {
     /// Keep what clients send out of the log (Redis 7.4's
     /// `hide-user-data-from-log`).
     pub hide_user_data_from_log: AtomicBool,
+    /// DEL as UNLINK (`lazyfree-lazy-user-del`).
+    pub lazyfree_lazy_user_del: AtomicBool,
     /// Derived, not a parameter: see [`crate::observe::Gate`].
     pub observe_gate: crate::observe::Gate,
     /// `save`: (seconds, changes) pairs; empty for no automatic snapshots.
@@ -296,6 +298,7 @@ impl Default for Config {
             tracking_table_max_keys: AtomicU64::new(1_000_000),
             lua_allow_undeclared_keys: AtomicBool::new(false),
             hide_user_data_from_log: AtomicBool::new(false),
+            lazyfree_lazy_user_del: AtomicBool::new(false),
             observe_gate: crate::observe::Gate::default(),
             save_policy: RwLock::new(Vec::new()),
             dir: RwLock::new(std::env::current_dir().unwrap_or_else(|_| ".".into())),
@@ -696,16 +699,18 @@ pub static PARAMS: &[Param] = &[
         name: "lazyfree-lazy-user-del",
         mutable: true,
         protected: false,
-        help: "Accepted for redis-server compatibility: must be `no` (deleted values are freed at once)",
-        // DEL and UNLINK both free the value before they reply; saying yes here
-        // would promise a background free that never happens.
-        get: |_| "no".into(),
-        set: |_, v| {
-            if yes_no(v)? {
-                Err("relcache frees deleted values at once; lazyfree-lazy-user-del is always no".into())
+        help: "Whether DEL frees big values in the background, as UNLINK does, instead of before it replies (yes/no)",
+        get: |c| {
+            if c.lazyfree_lazy_user_del.load(Relaxed) {
+                "yes"
             } else {
-                Ok(())
+                "no"
             }
+            .into()
+        },
+        set: |c, v| {
+            c.lazyfree_lazy_user_del.store(yes_no(v)?, Relaxed);
+            Ok(())
         },
     },
     // Snapshots (see `crate::persist`). Off by default: a cache with no save policy

@@ -11,6 +11,7 @@ use relcache_protocol::resp::Frame;
 use super::keys::reap_if_expired;
 use super::spec::{self, CommandSpec, Keys};
 use super::{eq_ic, parse_i64, Ctx};
+use crate::db::Free;
 use crate::error::{CmdError, CmdResult};
 use crate::notify;
 
@@ -212,7 +213,7 @@ fn expire_generic(
     }
     if when <= now {
         // A deadline already past deletes the key at once (and WATCHers see it).
-        v.remove(key);
+        v.delete(key, Free::Now);
         ctx.notify(notify::GENERIC, "del", key);
     } else {
         v.set_expire(key, when as u64);

@@ -278,7 +278,7 @@ fn load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         }
     };
     let expire_at = expire_ms.map_or(0, |ms| v.now_ms().saturating_add(ms as u64));
-    let created = v.insert(key, Value::IdSet(set), expire_at).is_none();
+    let created = !v.insert(key, Value::IdSet(set), expire_at);
     ctx.notify_write(notify::SET, "idset.load", key, created);
     if expire_at != 0 {
         ctx.notify(notify::GENERIC, "expire", key);

@@ -9,6 +9,8 @@
 //! sweep (`db::expire`); this file only implements lazy expiry's visible side (an
 //! expired key reads as absent, and a write that meets one reaps it).
 
+use std::sync::atomic::Ordering::Relaxed;
+
 use bytes::Bytes;
 use rand::Rng;
 use relcache_protocol::resp::Frame;
@@ -17,7 +19,7 @@ use super::ids::parse_cursor;
 use super::introspect::help_reply;
 use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, parse_i64_opt, Ctx};
-use crate::db::{Entry, ShardMap, View, SHARDS};
+use crate::db::{Entry, Free, ShardMap, View, SHARDS};
 use crate::error::{CmdError, CmdResult};
 use crate::glob;
 use crate::notify;
@@ -100,7 +102,7 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
         since: "4.0.0",
         summary: "Asynchronously deletes one or more keys.",
         complexity: "O(1) for each key removed regardless of its size. Then the command does O(N) work in a different thread in order to reclaim memory, where N is the number of allocations the deleted objects where composed of.",
-        handler: del,
+        handler: unlink,
         ..CommandSpec::DEFAULT
     },
     CommandSpec {
@@ -196,13 +198,28 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
 // ---------------------------------------------------------------------------------
 // Existence, deletion, type.
 
-/// DEL and UNLINK: values are plain heap objects freed on drop, so there is no
-/// separate lazy-free path and both count the live keys they removed (a key named
-/// twice counts once, as in Redis).
+/// DEL frees what it deletes before it replies, as Redis's does by default; with
+/// `lazyfree-lazy-user-del yes` it is UNLINK. Either way a big value is freed off
+/// the loop and outside the shard locks ([`Free`]), so only this client waits.
 fn del(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    let how = if ctx.server.config.lazyfree_lazy_user_del.load(Relaxed) {
+        Free::Later
+    } else {
+        Free::Now
+    };
+    delete_keys(ctx, &args[1..], how)
+}
+
+/// UNLINK replies at once and leaves big values to the lazy-free thread.
+fn unlink(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+    delete_keys(ctx, &args[1..], Free::Later)
+}
+
+/// Counts the live keys removed (a key named twice counts once, as in Redis).
+fn delete_keys(ctx: &mut Ctx<'_, '_>, keys: &[Bytes], how: Free) -> CmdResult {
     let mut removed = 0;
-    for key in &args[1..] {
-        if ctx.view().remove(key).is_some() {
+    for key in keys {
+        if ctx.view().delete(key, how) {
             removed += 1;
             ctx.notify(notify::GENERIC, "del", key);
         }

@@ -35,7 +35,7 @@ use relcache_protocol::resp::Frame;
 
 use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, Ctx};
-use crate::db::{IdSet, Value};
+use crate::db::{Free, IdSet, Value};
 use crate::error::{CmdError, CmdResult};
 use crate::notify;
 use crate::outbound::{self, Link};
@@ -213,7 +213,7 @@ fn restore(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     };
     if expire_at != 0 && expire_at <= now {
         // Already expired: nothing is created, and a replaced key is deleted.
-        if opts.replace && v.remove(key).is_some() {
+        if opts.replace && v.delete(key, Free::Now) {
             ctx.notify(notify::GENERIC, "del", key);
         }
         return Ok(Frame::ok());
@@ -387,7 +387,7 @@ fn migrate(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     if !opts.copy && taken.contains(&true) {
         let mut deleted = Vec::new();
         for (o, _) in outgoing.iter().zip(&taken).filter(|(_, &t)| t) {
-            if v.remove(&o.key).is_some() {
+            if v.delete(&o.key, Free::Now) {
                 deleted.push(&o.key);
             }
         }

@@ -22,7 +22,7 @@ use relcache_protocol::resp::Frame;
 
 use super::ids::{id_frame, member_frames};
 use super::{eq_ic, parse_i64, Ctx};
-use crate::db::{Change, IdSet, Order, Value, View};
+use crate::db::{Change, Free, IdSet, Order, Value, View};
 use crate::error::CmdError;
 use crate::offload::{offload, LARGE_TABLE};
 use crate::stats::Counter;
@@ -214,7 +214,7 @@ pub(super) fn apply(
         Some(n) => Ok(Applied::Changed(n)),
         None => {
             let (_, late) = sequenced.expect("only a sequenced change is refused");
-            v.remove(key);
+            v.delete(key, Free::Now);
             late.incr();
             Ok(Applied::DroppedLate)
         }
@@ -225,7 +225,7 @@ pub(super) fn apply(
 /// expiry) and returns its size and whether the key is new.
 pub(super) fn create(v: &mut View<'_>, key: &[u8], set: IdSet) -> (u64, bool) {
     let n = set.len();
-    let created = v.insert(key, Value::IdSet(set), 0).is_none();
+    let created = !v.insert(key, Value::IdSet(set), 0);
     (n, created)
 }
 

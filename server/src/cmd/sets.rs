@@ -29,7 +29,7 @@ use super::ids::{id_frame, member_frames, parse_cursor, parse_id_opt, parse_ids}
 use super::setcore::{self, scan_page, scan_reply, Added, PageLimit, ScanOpts};
 use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, parse_i64_opt, Ctx};
-use crate::db::{self, IdSet, Value, View};
+use crate::db::{self, Free, IdSet, Value, View};
 use crate::error::{CmdError, CmdResult};
 use crate::notify;
 
@@ -264,7 +264,7 @@ fn remove_with(
     let removed = remove(set);
     let emptied = set.is_empty();
     if emptied {
-        v.remove(key);
+        v.delete(key, Free::Now);
     }
     (removed, emptied)
 }
@@ -503,7 +503,7 @@ fn set_op_store(ctx: &mut Ctx<'_, '_>, args: &[Bytes], op: SetOp) -> CmdResult {
     let ids = op.apply(read_sets(v, &args[2..])?);
     let dst = &args[1];
     if ids.is_empty() {
-        if v.remove(dst).is_some() {
+        if v.delete(dst, Free::Now) {
             ctx.notify(notify::GENERIC, "del", dst);
         }
         return Ok(Frame::Integer(0));
@@ -779,7 +779,7 @@ fn spop(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         Some(0) => return Ok(Frame::Set(Vec::new())),
         Some(c) if c >= table.len() => {
             let all: Vec<u64> = table.iter().collect();
-            v.remove(key);
+            v.delete(key, Free::Now);
             ctx.notify(notify::SET, "spop", key);
             ctx.notify(notify::GENERIC, "del", key);
             return Ok(Frame::Set(member_frames(all.iter().copied(), all.len())));

@@ -29,7 +29,7 @@ use relcache_protocol::resp::Frame;
 
 use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, parse_i64_opt, Ctx};
-use crate::db::{Entry, Value};
+use crate::db::{Entry, Free, Value};
 use crate::error::{CmdError, CmdResult};
 use crate::longdouble::Ld;
 use crate::notify;
@@ -475,9 +475,9 @@ fn set_generic(ctx: &mut Ctx<'_, '_>, key: &[u8], value: Value, plan: SetPlan) -
     };
     let created = if expire_at != 0 && expire_at <= now {
         // An absolute time already past: the key is set and expires at once.
-        view.remove(key).is_none()
+        !view.delete(key, Free::Now)
     } else {
-        view.insert(key, value, expire_at).is_none()
+        !view.insert(key, value, expire_at)
     };
     ctx.notify_write(notify::STRING, "set", key, created);
     if plan.expiry.is_some() {
@@ -548,7 +548,7 @@ fn getex(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             let x = x?;
             let at = x.resolve(view.now_ms());
             if x.is_absolute() && at <= view.now_ms() {
-                view.remove(key);
+                view.delete(key, Free::Now);
                 ctx.notify(notify::GENERIC, "del", key);
             } else {
                 view.set_expire(key, at);
@@ -571,7 +571,9 @@ fn getdel(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         return Ok(Frame::Null);
     };
     let value = get_reply(e)?;
-    view.remove(&args[1]);
+    // The reply holds the value: the entry's part of it goes here, the rest with
+    // the reply.
+    view.delete(&args[1], Free::Now);
     ctx.notify(notify::GENERIC, "del", &args[1]);
     Ok(value)
 }
@@ -584,7 +586,7 @@ fn getset(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         None => Frame::Null,
     };
     // A plain SET: the old TTL goes.
-    let created = view.insert(&args[1], value, 0).is_none();
+    let created = !view.insert(&args[1], value, 0);
     ctx.notify_write(notify::STRING, "set", &args[1], created);
     Ok(old)
 }
@@ -620,7 +622,7 @@ fn pairs(ctx: &Ctx<'_, '_>, args: &[Bytes]) -> Result<Vec<(usize, Value)>, CmdEr
 fn mset(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let pairs = pairs(ctx, args)?;
     for (i, value) in pairs {
-        let created = ctx.view().insert(&args[i], value, 0).is_none();
+        let created = !ctx.view().insert(&args[i], value, 0);
         ctx.notify_write(notify::STRING, "set", &args[i], created);
     }
     Ok(Frame::ok())
@@ -787,9 +789,7 @@ fn incr_by(ctx: &mut Ctx<'_, '_>, key: &[u8], by: i64) -> CmdResult {
         None => (0, 0),
     };
     let new = current.checked_add(by).ok_or(CmdError::Overflow)?;
-    let created = view
-        .insert(key, Value::Str(int_bytes(new)), expire_at)
-        .is_none();
+    let created = !view.insert(key, Value::Str(int_bytes(new)), expire_at);
     ctx.notify_write(notify::STRING, "incrby", key, created);
     Ok(Frame::Integer(new))
 }
@@ -812,9 +812,7 @@ fn incrbyfloat(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         .add(by)
         .ok_or_else(|| CmdError::err("increment would produce NaN or Infinity"))?;
     let text = Bytes::from(sum.to_human());
-    let created = view
-        .insert(key, Value::Str(text.clone()), expire_at)
-        .is_none();
+    let created = !view.insert(key, Value::Str(text.clone()), expire_at);
     ctx.notify_write(notify::STRING, "incrbyfloat", key, created);
     Ok(Frame::Bulk(text))
 }

@@ -79,8 +79,14 @@ impl Evictor {
             };
             match victim {
                 Some((key, entry)) => {
-                    // Freed here, after the shard lock was released.
-                    drop(entry);
+                    // Freed here, after the shard lock was released, and before
+                    // the memory is looked at again. A big one is freed off the
+                    // loop, so only the writer that needs the room waits for it.
+                    if entry.is_big() {
+                        crate::offload::offload(move || drop(entry));
+                    } else {
+                        drop(entry);
+                    }
                     evicted_key(&key);
                     evicted += 1;
                     empty_rounds = 0;

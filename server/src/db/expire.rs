@@ -84,7 +84,8 @@ pub fn active_expire_cycle(db: &Db, budget: Duration, mut expired_key: impl FnMu
             expired.sort_unstable();
             expired.dedup();
             for key in &expired {
-                if map.remove(key).is_some() {
+                if let Some(e) = map.remove(key) {
+                    super::shard::free_expired(e);
                     shard.len.fetch_sub(1, Relaxed);
                     db.removed_by_server(idx, key);
                     sweep.removed += 1;

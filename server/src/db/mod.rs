@@ -34,7 +34,7 @@ pub use idset::{Change, IdSet, Order, TOTALS as IDSET_TOTALS};
 pub use key::Key;
 pub use lease::{Ended as LeasesEnded, LeaseState};
 pub use shard::{Lookup, ShardMap, WatchFlag};
-pub use view::{LockMode, View};
+pub use view::{Free, LockMode, View};
 
 /// Number of shards; a power of two so the shard index is a mask of the hash.
 pub const SHARDS: usize = 256;

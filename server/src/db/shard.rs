@@ -63,7 +63,9 @@ impl ShardMap {
             return Lookup::Absent;
         };
         if self.map[idx].is_expired(now_ms) {
-            self.remove(key);
+            if let Some(e) = self.remove(key) {
+                free_expired(e);
+            }
             return Lookup::Expired;
         }
         self.touch_watched(key);
@@ -212,6 +214,15 @@ pub enum Lookup<'a> {
     /// The key had expired and has just been removed.
     Expired,
     Absent,
+}
+
+/// Lets go of an entry removed because it expired: a big one is freed on the
+/// lazy-free thread (nobody waits for an expired key's memory), not under the
+/// shard's lock.
+pub(super) fn free_expired(e: Entry) {
+    if e.is_big() {
+        crate::offload::free_later(e);
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 
 use relcache_protocol::slot::key_slot;
 
-use super::{slot_shard, Db, Key, LockMode, Placement, View};
+use super::{slot_shard, Db, Free, Key, LockMode, Placement, View};
 
 impl Db {
     /// The shards that may hold keys of `slot`, locked in `mode`.
@@ -71,8 +71,9 @@ impl Db {
             .filter(|k| key_slot(k) == slot)
             .cloned()
             .collect();
+        // Nobody waits for what a node lets go of with a slot.
         for k in &keys {
-            view.remove(k);
+            view.delete(k, Free::Later);
         }
         keys.len()
     }

@@ -50,6 +50,24 @@ pub struct View<'a> {
     /// The client whose command this is (0: the server's own work), for
     /// tracking's NOLOOP: a client may ask not to hear of its own writes.
     client: ClientId,
+    /// Big values this command let go of that must be freed before it replies
+    /// ([`Free::Now`]): freed once the locks are released, off the loop.
+    garbage: Vec<Entry>,
+}
+
+/// When a value a command lets go of is freed. Only a big one (see
+/// [`Entry::is_big`]) is ever freed elsewhere than where it is dropped: unmapping
+/// 400 MB takes ~50 ms, which nobody else should wait for — not the clients of the
+/// command's loop, nor those of its shard's lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Free {
+    /// Before the command replies (DEL, an overwrite, as Redis by default): after
+    /// the view's locks are released, on a thread that takes over the loop's other
+    /// clients meanwhile ([`crate::offload::offload`]).
+    Now,
+    /// On the lazy-free thread, whenever it gets there (UNLINK, expiry): the reply
+    /// does not wait.
+    Later,
 }
 
 /// How long a command waits for a shard on its worker thread before it steps off
@@ -102,6 +120,18 @@ impl<'a> View<'a> {
             hits: Cell::new(0),
             misses: Cell::new(0),
             client: 0,
+            garbage: Vec::new(),
+        }
+    }
+
+    /// Lets go of a removed or replaced entry, freeing a big one as `how` says.
+    fn discard(&mut self, e: Entry, how: Free) {
+        if !e.is_big() {
+            return;
+        }
+        match how {
+            Free::Now => self.garbage.push(e),
+            Free::Later => crate::offload::free_later(e),
         }
     }
 
@@ -226,8 +256,9 @@ impl<'a> View<'a> {
     }
 
     /// Stores `value` under `key` with expiry `expire_at` (Unix ms, 0 = none),
-    /// replacing any previous value and expiry. Returns the old live entry.
-    pub fn insert(&mut self, key: &[u8], value: Value, expire_at: u64) -> Option<Entry> {
+    /// replacing any previous value and expiry. Returns whether a live key was
+    /// replaced; its old value is freed before the command replies.
+    pub fn insert(&mut self, key: &[u8], value: Value, expire_at: u64) -> bool {
         let (now, lru) = (self.now_ms, self.lru);
         let (map, shard) = self.shard_mut(key);
         let old = map.insert(key, value, expire_at, lru);
@@ -236,20 +267,26 @@ impl<'a> View<'a> {
         match old {
             None => {
                 shard.len.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                None
+                false
             }
             Some(e) if e.is_expired(now) => {
                 // Replacing an expired key expires it first, as Redis's lookup
                 // for a write does.
                 self.expired += 1;
                 self.expired_keys.push(super::Key::copy_from(key));
-                None
+                self.discard(e, Free::Later);
+                false
             }
-            Some(e) => Some(e),
+            Some(e) => {
+                self.discard(e, Free::Now);
+                true
+            }
         }
     }
 
-    /// Removes `key`; returns the entry if it was live.
+    /// Removes `key`; returns the entry if it was live. Its value is the
+    /// caller's to keep or drop (RENAME moves it, GETDEL replies with it); a
+    /// caller that only deletes calls [`delete`](Self::delete).
     pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
         let now = self.now_ms;
         let (map, shard) = self.shard_mut(key);
@@ -259,11 +296,23 @@ impl<'a> View<'a> {
             self.expired += 1;
             changed(self.db, key, 0);
             self.expired_keys.push(super::Key::copy_from(key));
+            self.discard(e, Free::Later);
             return None;
         }
         self.db.dirty.incr();
         changed(self.db, key, self.client);
         Some(e)
+    }
+
+    /// Deletes `key`, freeing its value as `how` says; whether it was live.
+    pub fn delete(&mut self, key: &[u8], how: Free) -> bool {
+        match self.remove(key) {
+            Some(e) => {
+                self.discard(e, how);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Sets (Unix ms) or clears (0) the expiry of a live key; false if absent.
@@ -423,5 +472,19 @@ fn shard_mut_of<'g, 'a>(
     match &mut guards[p].1 {
         Guard::Write(g) => (g, db.shard(idx)),
         Guard::Read(_) => panic!("write through a read-locked view: command flags are wrong"),
+    }
+}
+
+impl Drop for View<'_> {
+    /// Big values to be freed before the reply are freed here, once the locks
+    /// are released (so no other command waits for the shards meanwhile), off
+    /// the loop (so the loop's other clients do not wait either).
+    fn drop(&mut self) {
+        if self.garbage.is_empty() {
+            return;
+        }
+        self.guards.clear();
+        let garbage = std::mem::take(&mut self.garbage);
+        crate::offload::offload(move || drop(garbage));
     }
 }
