@@ -124,6 +124,8 @@ pub(super) fn add(
             }
         }
     }
+    // The old table, if nothing else holds it now: not freed under the lock.
+    v.free(Value::IdSet(snapshot), Free::Later);
     insert(v, key, ids, only_if_present, sequenced)
 }
 

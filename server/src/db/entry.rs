@@ -49,6 +49,11 @@ impl Value {
         }
     }
 
+    /// See [`Entry::is_big`].
+    pub fn is_big(&self) -> bool {
+        self.heap_size() >= LAZY_FREE_MIN
+    }
+
     /// Bytes of heap this value owns, for `MEMORY USAGE`.
     pub fn heap_size(&self) -> usize {
         match self {
@@ -58,12 +63,12 @@ impl Value {
     }
 }
 
-/// A key's entry in its shard.
 /// Values of this many heap bytes and more are freed off the loop: a free this
 /// size costs a few hundred microseconds at most (unmapping is ~0.5 µs a page
 /// here), while handing one to another thread costs a few microseconds.
 pub const LAZY_FREE_MIN: usize = 1 << 20;
 
+/// A key's entry in its shard.
 #[derive(Debug)]
 pub struct Entry {
     value: Value,
@@ -89,7 +94,7 @@ impl Entry {
     /// shard's lock, for a noticeable time: then it is freed off the loop
     /// ([`View::delete`](super::View::delete), expiry, eviction).
     pub fn is_big(&self) -> bool {
-        self.value.heap_size() >= LAZY_FREE_MIN
+        self.value.is_big()
     }
 
     pub fn value(&self) -> &Value {

@@ -154,7 +154,7 @@ impl ShardMap {
             std::mem::take(&mut self.map),
             std::mem::take(&mut self.volatile),
         );
-        if n > INLINE_FREE_MAX {
+        if n > INLINE_FREE_MAX || old.0.values().any(Entry::is_big) {
             crate::offload::free_later(old);
         }
         n

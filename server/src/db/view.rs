@@ -52,7 +52,7 @@ pub struct View<'a> {
     client: ClientId,
     /// Big values this command let go of that must be freed before it replies
     /// ([`Free::Now`]): freed once the locks are released, off the loop.
-    garbage: Vec<Entry>,
+    garbage: Vec<Value>,
 }
 
 /// When a value a command lets go of is freed. Only a big one (see
@@ -126,12 +126,18 @@ impl<'a> View<'a> {
 
     /// Lets go of a removed or replaced entry, freeing a big one as `how` says.
     fn discard(&mut self, e: Entry, how: Free) {
-        if !e.is_big() {
+        self.free(e.into_value(), how);
+    }
+
+    /// Lets go of a value the command no longer needs (a set's table it has
+    /// replaced), freeing a big one as `how` says.
+    pub fn free(&mut self, value: Value, how: Free) {
+        if !value.is_big() {
             return;
         }
         match how {
-            Free::Now => self.garbage.push(e),
-            Free::Later => crate::offload::free_later(e),
+            Free::Now => self.garbage.push(value),
+            Free::Later => crate::offload::free_later(value),
         }
     }
 
