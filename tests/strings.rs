@@ -129,6 +129,83 @@ fn large_values_survive_intact() {
     );
 }
 
+/// A long value is sent from the stored bytes, not copied into a reply buffer:
+/// the bytes on the wire are still exactly Redis's, in order with the replies
+/// around them (also in RESP3 and in EXEC's), and writes to the key after the
+/// GET — APPEND, SETRANGE, DEL — do not change a reply already queued.
+#[test]
+fn long_replies_are_exact_and_unchanged_by_later_writes() {
+    let s = TestServer::start();
+    let mut con = s.conn();
+    let big: Vec<u8> = (0..3 * 1024 * 1024).map(|i| (i * 31 % 251) as u8).collect();
+    assert_eq!(run(&mut con, &[b"SET", b"big", &big]), Ok(Value::Okay));
+    ok(&mut con, &["SET", "small", "v"]);
+    let bulk_of = |v: &[u8]| {
+        let mut out = format!("${}\r\n", v.len()).into_bytes();
+        out.extend_from_slice(v);
+        out.extend_from_slice(b"\r\n");
+        out
+    };
+    let mut appended = big.clone();
+    appended.extend_from_slice(b"tail");
+    let mut changed = appended.clone();
+    changed[..4].copy_from_slice(b"ZZZZ");
+
+    let mut st = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    st.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req = Vec::new();
+    let mut expected = Vec::new();
+    for (args, reply) in [
+        (&[&b"GET"[..], b"small"][..], bulk_of(b"v")),
+        (&[b"GET", b"big"], bulk_of(&big)),
+        (&[b"GET", b"big"], bulk_of(&big)),
+        (
+            &[b"APPEND", b"big", b"tail"],
+            format!(":{}\r\n", appended.len()).into_bytes(),
+        ),
+        (&[b"GET", b"big"], bulk_of(&appended)),
+        (
+            &[b"SETRANGE", b"big", b"0", b"ZZZZ"],
+            format!(":{}\r\n", changed.len()).into_bytes(),
+        ),
+        (&[b"MULTI"], b"+OK\r\n".to_vec()),
+        (&[b"GET", b"big"], b"+QUEUED\r\n".to_vec()),
+        (&[b"DEL", b"big"], b"+QUEUED\r\n".to_vec()),
+        (
+            &[b"EXEC"],
+            [&b"*2\r\n"[..], &bulk_of(&changed), b":1\r\n"].concat(),
+        ),
+        (&[b"GET", b"big"], b"$-1\r\n".to_vec()),
+        (&[b"PING"], b"+PONG\r\n".to_vec()),
+    ] {
+        req.extend(resp_cmd(args));
+        expected.extend(reply);
+    }
+    std::io::Write::write_all(&mut st, &req).unwrap();
+    let got = harness::read_n(&mut st, expected.len());
+    assert!(
+        got == expected,
+        "pipelined replies differ from Redis's bytes"
+    );
+
+    // RESP3 sends a string the same way.
+    assert_eq!(run(&mut con, &[b"SET", b"big", &big]), Ok(Value::Okay));
+    let hello = resp_cmd(&[b"HELLO", b"3"]);
+    std::io::Write::write_all(&mut st, &hello).unwrap();
+    let mut first = [0u8; 1];
+    std::io::Read::read_exact(&mut st, &mut first).unwrap();
+    assert_eq!(&first, b"%");
+    // Skip the HELLO map: a PING after it marks its end.
+    std::io::Write::write_all(&mut st, &resp_cmd(&[b"PING"])).unwrap();
+    let mut seen = Vec::new();
+    while !seen.ends_with(b"+PONG\r\n") {
+        let mut b = [0u8; 1];
+        std::io::Read::read_exact(&mut st, &mut b).unwrap();
+        seen.push(b[0]);
+    }
+    roundtrip(&mut st, &resp_cmd(&[b"GET", b"big"]), &bulk_of(&big));
+}
+
 #[test]
 fn set_nx_and_xx() {
     let s = TestServer::start();

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use relcache_protocol::resp::{Frame, Limits, RequestDecoder};
 use socket2::SockRef;
 use tokio::io::Interest;
@@ -38,7 +38,8 @@ use crate::client_memory::{self, Footprint};
 use crate::cmd::{self, Flow};
 use crate::config::OutputLimit;
 use crate::observe::monitor;
-use crate::offload::{free_later, offload, LARGE_REQUEST};
+use crate::offload::{offload, LARGE_REQUEST};
+use crate::output::Output;
 use crate::pubsub;
 use crate::server::Server;
 use crate::session::{ClientInfo, Session};
@@ -116,7 +117,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
     let info = session.info.clone();
     let config = &server.config;
     let mut rbuf = BytesMut::new();
-    let mut wbuf = BytesMut::new();
+    let mut wbuf = Output::default();
     let mut args = Vec::new();
     let mut decoder = RequestDecoder::new(limits(server, session));
     let mut published = Footprint::default();
@@ -170,9 +171,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                         client_memory::publish(server, &info, &mut published, now);
                     }
                     // After that: the reply buffer is not the request's memory.
-                    if wbuf.capacity() == 0 {
-                        wbuf = spare::take_bytes();
-                    }
+                    wbuf.buf();
                     let flow = if size > LARGE_REQUEST {
                         offload(|| cmd::dispatch(server, session, &args, &mut wbuf, None))
                     } else {
@@ -210,14 +209,14 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                         if let Some(why) =
                             output_over_limit(server, session, &wbuf, &mut over_soft_since)
                         {
-                            release_output(std::mem::take(&mut wbuf));
+                            wbuf.discard();
                             return Closed::Limit(why);
                         }
                     }
                 }
                 Ok(false) => break,
                 Err(e) => {
-                    Frame::error(format!("ERR {e}")).encode(session.proto, &mut wbuf);
+                    Frame::error(format!("ERR {e}")).encode(session.proto, wbuf.buf());
                     // The error quotes a byte of the request (`got 'X'`): user
                     // data, which Redis 7.4's `hide-user-data-from-log` keeps out.
                     if server.config.hide_user_data_from_log.load(Relaxed) {
@@ -254,7 +253,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
         // 2. One write for the whole batch.
         if wbuf.is_empty() {
             // Taken for a reply that did not come (the command was parked).
-            spare::give_bytes(std::mem::take(&mut wbuf));
+            wbuf.release_if_empty();
         } else {
             match try_write(server, stream, &mut wbuf) {
                 Ok(n) => took_output(n, &mut over_soft_since),
@@ -269,7 +268,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
             return Closed::Normal;
         }
         if let Some(why) = output_over_limit(server, session, &wbuf, &mut over_soft_since) {
-            release_output(std::mem::take(&mut wbuf));
+            wbuf.discard();
             return Closed::Limit(why);
         }
         let now = footprint(&rbuf, &wbuf, &args, 0, &decoder, session);
@@ -309,15 +308,15 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                 _ = &mut killed => Event::Killed,
                 _ = blocking::woken(&mut parked) => Event::Handled,
                 _ = info.unblock_signal.notified(), if parked.is_some() => {
-                    blocking::on_unblock(server, session, &mut parked, &mut wbuf);
+                    blocking::on_unblock(server, session, &mut parked, wbuf.buf());
                     Event::Handled
                 }
                 line = monitor::next(&mut session.monitor) => {
-                    monitor::deliver(line, &mut session.monitor, &mut wbuf);
+                    monitor::deliver(line, &mut session.monitor, wbuf.buf());
                     Event::Handled
                 }
                 msg = pubsub::next(&mut session.pubsub) => {
-                    pubsub::deliver(msg, session, &mut wbuf);
+                    pubsub::deliver(msg, session, wbuf.buf());
                     Event::Handled
                 }
                 r = stream.writable(), if want_write => Event::from_ready(r, Event::Handled),
@@ -427,7 +426,7 @@ async fn wait_plain(
 /// unread input makes the kernel send a reset, which can destroy the error reply
 /// before the client reads it; draining first lets it arrive, followed by a clean
 /// EOF. Bounded in time and bytes, so a client cannot keep the task alive.
-async fn lingering_close(server: &Server, stream: &TcpStream, wbuf: &mut BytesMut) {
+async fn lingering_close(server: &Server, stream: &TcpStream, wbuf: &mut Output) {
     const LINGER: Duration = Duration::from_secs(2);
     const MAX_DRAIN: usize = 64 * 1024 * 1024;
     let deadline = Instant::now() + LINGER;
@@ -474,7 +473,7 @@ async fn sleep_until(deadline: Option<Instant>) {
 /// the read buffer and not yet run.
 fn footprint(
     rbuf: &BytesMut,
-    wbuf: &BytesMut,
+    wbuf: &Output,
     args: &Vec<Bytes>,
     argv: usize,
     decoder: &RequestDecoder,
@@ -487,7 +486,7 @@ fn footprint(
         scratch: args.capacity() * std::mem::size_of::<Bytes>() + decoder.scratch_bytes(),
         multi: session.multi.as_ref().map_or(0, |m| m.bytes),
         output_len: wbuf.len(),
-        output_alloc: wbuf.capacity(),
+        output_alloc: wbuf.allocated(),
         pubsub: pubsub::queued(session),
     }
 }
@@ -547,26 +546,9 @@ fn read_into(stream: &TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
 }
 
 /// Writes as much of `wbuf` as the socket takes now; returns how much that was.
-fn try_write(server: &Server, stream: &TcpStream, wbuf: &mut BytesMut) -> io::Result<usize> {
-    let mut written = 0;
-    while !wbuf.is_empty() {
-        match stream.try_write(wbuf) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => {
-                written += n;
-                wbuf.advance(n);
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) => return Err(e),
-        }
-    }
+fn try_write(server: &Server, stream: &TcpStream, wbuf: &mut Output) -> io::Result<usize> {
+    let written = wbuf.write_to(stream)?;
     server.stats.total_net_output_bytes.add(written as u64);
-    if wbuf.is_empty() {
-        // Replies are encoded into a buffer sized by what they need; once sent it
-        // goes (to the spares, if small), so a connection never keeps the size of
-        // its largest reply.
-        spare::give_bytes(std::mem::take(wbuf));
-    }
     Ok(written)
 }
 
@@ -595,22 +577,13 @@ fn release_args(args: Vec<Bytes>) {
     }
 }
 
-/// Lets go of the output of a client cut off for not reading: past the limit,
-/// it is big (64 MB and more), and unmapping it is left to the lazy-free thread.
-/// (A buffer written out is not caught here: `advance` has taken its capacity.)
-fn release_output(wbuf: BytesMut) {
-    if wbuf.capacity() > LARGE_REQUEST {
-        free_later(wbuf);
-    }
-}
-
 /// Whether to stop running this client's requests until its pending output is back
 /// under the soft `client-output-buffer-limit`: a client that sends faster than it
 /// reads waits for its own replies instead of growing its output here. Its input
 /// is still read (see the loop), so it is never stuck writing. A client reading one
 /// large reply (a 300 MB GET) is never held back mid-reply: the check comes
 /// between requests.
-fn held_back(soft_limit: u64, wbuf: &BytesMut) -> bool {
+fn held_back(soft_limit: u64, wbuf: &Output) -> bool {
     soft_limit > 0 && wbuf.len() as u64 > soft_limit
 }
 
@@ -643,7 +616,7 @@ fn output_limit(server: &Server, session: &Session) -> OutputLimit {
 fn output_over_limit(
     server: &Server,
     session: &Session,
-    wbuf: &BytesMut,
+    wbuf: &Output,
     soft_since: &mut Option<Instant>,
 ) -> Option<&'static str> {
     let limit = output_limit(server, session);

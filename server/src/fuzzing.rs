@@ -18,6 +18,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
+
+use crate::output::Output;
 use relcache_protocol::resp::{Frame, Protocol, RequestDecoder};
 use tokio_util::sync::CancellationToken;
 
@@ -89,7 +91,7 @@ impl Client {
     /// the connection would write. Once the connection is closed (QUIT, a framing
     /// error, the query buffer limit, CLIENT KILL) input is ignored.
     pub fn feed(&mut self, input: &[u8]) -> Vec<u8> {
-        let mut out = BytesMut::new();
+        let mut out = Output::default();
         if self.closed || self.session.info.kill.is_cancelled() {
             self.closed = true;
             return Vec::new();
@@ -113,7 +115,7 @@ impl Client {
                 }
                 Ok(false) => break,
                 Err(e) => {
-                    Frame::error(format!("ERR {e}")).encode(self.session.proto, &mut out);
+                    Frame::error(format!("ERR {e}")).encode(self.session.proto, out.buf());
                     self.closed = true;
                 }
             }
@@ -144,7 +146,7 @@ impl Client {
 
     /// Runs the request in `args`; a command that parks runs again at once with
     /// its deadline passed, so it gives the answer of a wait that timed out.
-    fn dispatch(&mut self, out: &mut BytesMut) -> Flow {
+    fn dispatch(&mut self, out: &mut Output) -> Flow {
         let (server, session) = (&*self.server, &mut self.session);
         let mut flow = cmd::dispatch(server, session, &self.args, out, None);
         while let Flow::Park(_) = flow {

@@ -30,6 +30,7 @@ mod notify;
 mod observe;
 mod offload;
 mod outbound;
+mod output;
 mod persist;
 mod pubsub;
 mod script;

@@ -45,12 +45,13 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes};
 use relcache_protocol::resp::{Frame, Protocol};
 
 use crate::blocking::Wait;
 use crate::db::{LockMode, View};
 use crate::error::CmdError;
+use crate::output::Output;
 use crate::server::Server;
 use crate::session::Session;
 pub use spec::{CommandSpec, Keys};
@@ -392,7 +393,7 @@ pub fn dispatch(
     server: &Server,
     session: &mut Session,
     args: &[Bytes],
-    out: &mut bytes::BytesMut,
+    out: &mut Output,
     resumed: Option<Instant>,
 ) -> Flow {
     // Only a tracking client holds messages back; the others skip the lock.
@@ -422,7 +423,7 @@ pub fn dispatch(
     // A subscriber's messages that came in before this reply go out before it,
     // those its own command published included (PUBLISH, or EXEC and EVAL
     // publishing, in RESP3).
-    crate::pubsub::drain(session, out);
+    crate::pubsub::drain(session, out.buf());
     let (reply, flow) = match outcome {
         Outcome::Reply(reply) => (Some(reply), Flow::Continue),
         Outcome::Replies(replies) => {
@@ -431,7 +432,7 @@ pub fn dispatch(
                 encode_reply(reply, session.proto, out);
             }
             if holds {
-                crate::pubsub::after_reply(session, out);
+                crate::pubsub::after_reply(session, out.buf());
             }
             return Flow::Continue;
         }
@@ -443,21 +444,31 @@ pub fn dispatch(
         encode_reply(reply, session.proto, out);
     }
     if holds && !matches!(flow, Flow::Park(_)) {
-        crate::pubsub::after_reply(session, out);
+        crate::pubsub::after_reply(session, out.buf());
     }
     flow
 }
 
-/// Encodes `reply` into `out` and lets go of it. A big one is copied off the
-/// loop (a GET of a 400 MB value copies 400 MB, a KEYS over 1M keys encodes 1M
-/// bulk strings: the loop's other clients waited ~600 ms behind the first) and
-/// freed on the lazy-free thread.
-fn encode_reply(reply: Frame, proto: Protocol, out: &mut bytes::BytesMut) {
-    if is_big(&reply) {
-        crate::offload::offload(|| reply.encode(proto, out));
-        crate::offload::free_later(reply);
-    } else {
-        reply.encode(proto, out);
+/// Encodes `reply` into `out` and lets go of it. A long string (a GET of a big
+/// value) is queued by reference, not copied (see [`crate::output`]). Another big
+/// reply is encoded off the loop (a KEYS over 1M keys encodes 1M bulk strings:
+/// the loop's other clients waited ~600 ms behind it) and freed on the lazy-free
+/// thread.
+fn encode_reply(reply: Frame, proto: Protocol, out: &mut Output) {
+    match reply {
+        Frame::Bulk(b) if b.len() >= crate::output::SHARED_MIN => {
+            let buf = out.buf();
+            buf.put_u8(b'$');
+            buf.put_slice(itoa::Buffer::new().format(b.len()).as_bytes());
+            buf.put_slice(b"\r\n");
+            out.push_shared(b);
+            out.buf().put_slice(b"\r\n");
+        }
+        reply if is_big(&reply) => {
+            crate::offload::offload(|| reply.encode(proto, out.buf()));
+            crate::offload::free_later(reply);
+        }
+        reply => reply.encode(proto, out.buf()),
     }
 }
 

@@ -376,9 +376,15 @@ fn take_string(entry: &mut Entry) -> Result<BytesMut, CmdError> {
         return Err(CmdError::WrongType);
     };
     let bytes = std::mem::take(stored);
-    Ok(bytes
-        .try_into_mut()
-        .unwrap_or_else(|shared| BytesMut::from(&shared[..])))
+    // Shared with a reply still being sent (a GET of it): written to a copy, which
+    // for a big value is made off the loop.
+    Ok(bytes.try_into_mut().unwrap_or_else(|shared| {
+        if shared.len() > crate::offload::LARGE_REQUEST {
+            crate::offload::offload(|| BytesMut::from(&shared[..]))
+        } else {
+            BytesMut::from(&shared[..])
+        }
+    }))
 }
 
 /// The value a whole-value write stores: a copy of the argument, or an idset when
@@ -571,9 +577,9 @@ fn getdel(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         return Ok(Frame::Null);
     };
     let value = get_reply(e)?;
-    // The reply holds the value: the entry's part of it goes here, the rest with
-    // the reply.
-    view.delete(&args[1], Free::Now);
+    // The reply holds the value, and frees it once sent (a big one on the
+    // lazy-free thread): nothing to wait for here.
+    view.delete(&args[1], Free::Later);
     ctx.notify(notify::GENERIC, "del", &args[1]);
     Ok(value)
 }

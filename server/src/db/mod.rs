@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use ahash::RandomState;
 use parking_lot::RwLock;
 
-pub use entry::{Entry, Value};
+pub use entry::{Entry, Value, LAZY_FREE_MIN};
 pub use error::Error;
 pub use idset::{Change, IdSet, Order, TOTALS as IDSET_TOTALS};
 pub use key::Key;
