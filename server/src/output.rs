@@ -27,11 +27,18 @@ const MAX_IOV: usize = 64;
 pub struct Output {
     /// What goes out before `tail`, in order: encoded replies frozen when a
     /// shared value was queued after them, and the shared values.
-    queued: VecDeque<Bytes>,
+    queued: VecDeque<Part>,
     /// Bytes in `queued`.
     queued_len: usize,
     /// Where replies are encoded; its bytes go after `queued`.
     tail: BytesMut,
+}
+
+/// A queued part: its unwritten bytes, and for a shared value its length when
+/// queued (`bytes` shrinks as it is written).
+struct Part {
+    bytes: Bytes,
+    shared: Option<usize>,
 }
 
 impl Output {
@@ -44,11 +51,20 @@ impl Output {
         self.len() == 0
     }
 
-    /// Memory the pending output holds: the reply buffer's allocation, and what
-    /// is queued (a shared value counts as the client's while it is being
-    /// sent: the key may go meanwhile, and the reply then keeps it alive).
+    /// Memory the pending output holds: the reply buffer's allocation and the
+    /// encoded parts queued. A shared value counts only once the reply is all
+    /// that holds it (its key deleted or overwritten meanwhile): until then it
+    /// is the keyspace's memory, and counting it here too would take it out of
+    /// what `maxmemory` sees as data. `len` counts it either way, as Redis's
+    /// output limits count its copy.
     pub fn allocated(&self) -> usize {
-        self.queued_len + self.tail.capacity()
+        let queued: usize = self
+            .queued
+            .iter()
+            .filter(|p| p.shared.is_none() || p.bytes.is_unique())
+            .map(|p| p.shared.unwrap_or(p.bytes.len()))
+            .sum();
+        queued + self.tail.capacity()
     }
 
     /// The buffer replies are encoded into; one of the thread's spares if it has
@@ -65,10 +81,16 @@ impl Output {
         if !self.tail.is_empty() {
             let before = self.tail.split().freeze();
             self.queued_len += before.len();
-            self.queued.push_back(before);
+            self.queued.push_back(Part {
+                bytes: before,
+                shared: None,
+            });
         }
         self.queued_len += value.len();
-        self.queued.push_back(value);
+        self.queued.push_back(Part {
+            shared: Some(value.len()),
+            bytes: value,
+        });
     }
 
     /// Writes as much as the socket takes now; returns how much that was. Once
@@ -82,8 +104,8 @@ impl Output {
             } else {
                 let mut parts = [IoSlice::new(&[]); MAX_IOV];
                 let mut k = 0;
-                for b in self.queued.iter().take(MAX_IOV - 1) {
-                    parts[k] = IoSlice::new(b);
+                for p in self.queued.iter().take(MAX_IOV - 1) {
+                    parts[k] = IoSlice::new(&p.bytes);
                     k += 1;
                 }
                 // The tail goes too once every queued part is in.
@@ -116,26 +138,31 @@ impl Output {
                 self.tail.advance(n);
                 return;
             };
-            if n < front.len() {
-                front.advance(n);
+            if n < front.bytes.len() {
+                front.bytes.advance(n);
                 self.queued_len -= n;
                 return;
             }
-            n -= front.len();
-            self.queued_len -= front.len();
+            n -= front.bytes.len();
+            self.queued_len -= front.bytes.len();
             let done = self.queued.pop_front().expect("front exists");
             // The last reference to a big value (its key deleted while it was
             // being sent): freeing it could keep this loop for milliseconds.
-            if done.len() >= crate::db::LAZY_FREE_MIN {
-                crate::offload::free_later(done);
+            if done
+                .shared
+                .is_some_and(|len| len >= crate::db::LAZY_FREE_MIN)
+                && done.bytes.is_unique()
+            {
+                crate::offload::free_later(done.bytes);
             }
         }
     }
 
-    /// Gives up whatever is pending (a client cut off for not reading): the
-    /// unwritten buffer, big after a cut-off, is left to the lazy-free thread.
+    /// Gives up whatever is pending (a client cut off for not reading, or gone):
+    /// a big unwritten buffer, or queued values that may be the last references
+    /// to big ones, are left to the lazy-free thread.
     pub fn discard(&mut self) {
-        let queued = std::mem::take(&mut self.queued);
+        let queued: Vec<Bytes> = self.queued.drain(..).map(|p| p.bytes).collect();
         self.queued_len = 0;
         let tail = std::mem::take(&mut self.tail);
         if tail.capacity() > crate::offload::LARGE_REQUEST || !queued.is_empty() {
@@ -155,10 +182,71 @@ impl Output {
     #[cfg(feature = "fuzzing")]
     pub fn to_vec(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(self.len());
-        for b in &self.queued {
-            v.extend_from_slice(b);
+        for p in &self.queued {
+            v.extend_from_slice(&p.bytes);
         }
         v.extend_from_slice(&self.tail);
         v
+    }
+}
+
+impl Drop for Output {
+    /// However the connection ends (an I/O error, a kill, a timeout), what was
+    /// pending is let go of off the loop when big.
+    fn drop(&mut self) {
+        self.discard();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reply buffer, a shared value and more replies after it: `$5\r\n`,
+    /// `hello`, `\r\n+OK\r\n`.
+    fn sample(value: Bytes) -> Output {
+        let mut o = Output::default();
+        o.buf().extend_from_slice(b"$5\r\n");
+        o.push_shared(value);
+        o.buf().extend_from_slice(b"\r\n+OK\r\n");
+        o
+    }
+
+    fn pending(o: &Output) -> Vec<u8> {
+        let mut v: Vec<u8> = o.queued.iter().flat_map(|p| p.bytes.to_vec()).collect();
+        v.extend_from_slice(&o.tail);
+        v
+    }
+
+    #[test]
+    fn writes_that_end_anywhere_keep_the_rest_in_order() {
+        let all = pending(&sample(Bytes::from_static(b"hello")));
+        assert_eq!(all, b"$5\r\nhello\r\n+OK\r\n");
+        for cut in 0..=all.len() {
+            let mut o = sample(Bytes::from_static(b"hello"));
+            o.consume(cut);
+            assert_eq!(pending(&o), &all[cut..], "after {cut} bytes");
+            assert_eq!(o.len(), all.len() - cut);
+        }
+        // In two steps, across the boundaries.
+        for first in 0..=all.len() {
+            for second in 0..=all.len() - first {
+                let mut o = sample(Bytes::from_static(b"hello"));
+                o.consume(first);
+                o.consume(second);
+                assert_eq!(pending(&o), &all[first + second..]);
+            }
+        }
+    }
+
+    #[test]
+    fn a_shared_value_is_the_clients_memory_only_once_the_key_lets_go() {
+        let stored = Bytes::from(vec![7u8; 1000]);
+        let o = sample(stored.clone());
+        let own = o.allocated();
+        assert!(own < 1000 + o.tail.capacity(), "{own}");
+        drop(stored);
+        assert_eq!(o.allocated(), own + 1000);
+        assert_eq!(o.len(), 4 + 1000 + 7);
     }
 }

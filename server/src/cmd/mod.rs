@@ -472,12 +472,11 @@ fn encode_reply(reply: Frame, proto: Protocol, out: &mut Output) {
     }
 }
 
-/// Whether a reply is worth a thread hand-over to encode: a bulk string past
-/// `LARGE_REQUEST`, or an aggregate of more than 16k elements.
+/// Whether a reply is worth a thread hand-over to encode: an aggregate of more
+/// than 16k elements (a long string is not copied at all).
 fn is_big(reply: &Frame) -> bool {
     const MANY: usize = 16 * 1024;
     match reply {
-        Frame::Bulk(b) => b.len() > crate::offload::LARGE_REQUEST,
         Frame::Array(v) | Frame::Set(v) | Frame::Push(v) => v.len() > MANY,
         Frame::Map(v) => v.len() > MANY / 2,
         _ => false,

@@ -711,7 +711,13 @@ fn getrange(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     };
     let s = e.value().as_str()?;
     Ok(Frame::Bulk(match substring_range(start, end, s.len()) {
-        Some(r) => s.slice(r),
+        Some(r) if r.len() == s.len() => s.clone(),
+        // A copy: a slice would keep the whole value alive, and shared, for as
+        // long as the reply is being sent (see `crate::output`).
+        Some(r) if r.len() > crate::offload::LARGE_REQUEST => {
+            crate::offload::offload(|| Bytes::copy_from_slice(&s[r]))
+        }
+        Some(r) => Bytes::copy_from_slice(&s[r]),
         None => Bytes::new(),
     }))
 }
