@@ -471,6 +471,7 @@ async fn sleep_until(deadline: Option<Instant>) {
 
 /// What this connection holds now, `argv` being the bytes of a request split off
 /// the read buffer and not yet run.
+#[inline]
 fn footprint(
     rbuf: &BytesMut,
     wbuf: &Output,
@@ -555,6 +556,7 @@ fn try_write(server: &Server, stream: &TcpStream, wbuf: &mut Output) -> io::Resu
 /// Decodes the next request. The request that completes a big multibulk turns
 /// each of its arguments into a slice of it at once (5M of them for a 5M-id
 /// SADD, 100 ms): that is done off the worker.
+#[inline]
 fn decode(
     decoder: &mut RequestDecoder,
     rbuf: &mut BytesMut,

@@ -43,10 +43,12 @@ struct Part {
 
 impl Output {
     /// Bytes waiting to be written.
+    #[inline]
     pub fn len(&self) -> usize {
         self.queued_len + self.tail.len()
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -57,7 +59,11 @@ impl Output {
     /// is the keyspace's memory, and counting it here too would take it out of
     /// what `maxmemory` sees as data. `len` counts it either way, as Redis's
     /// output limits count its copy.
+    #[inline]
     pub fn allocated(&self) -> usize {
+        if self.queued.is_empty() {
+            return self.tail.capacity();
+        }
         let queued: usize = self
             .queued
             .iter()
@@ -69,6 +75,7 @@ impl Output {
 
     /// The buffer replies are encoded into; one of the thread's spares if it has
     /// none (an idle connection holds none).
+    #[inline]
     pub fn buf(&mut self) -> &mut BytesMut {
         if self.tail.capacity() == 0 {
             self.tail = spare::take_bytes();

@@ -455,20 +455,25 @@ pub fn dispatch(
 /// the loop's other clients waited ~600 ms behind it) and freed on the lazy-free
 /// thread.
 fn encode_reply(reply: Frame, proto: Protocol, out: &mut Output) {
-    match reply {
-        Frame::Bulk(b) if b.len() >= crate::output::SHARED_MIN => {
+    if let Frame::Bulk(b) = &reply {
+        if b.len() >= crate::output::SHARED_MIN {
             let buf = out.buf();
             buf.put_u8(b'$');
             buf.put_slice(itoa::Buffer::new().format(b.len()).as_bytes());
             buf.put_slice(b"\r\n");
+            let Frame::Bulk(b) = reply else {
+                unreachable!("matched above")
+            };
             out.push_shared(b);
             out.buf().put_slice(b"\r\n");
+            return;
         }
-        reply if is_big(&reply) => {
-            crate::offload::offload(|| reply.encode(proto, out.buf()));
-            crate::offload::free_later(reply);
-        }
-        reply => reply.encode(proto, out.buf()),
+    }
+    if is_big(&reply) {
+        crate::offload::offload(|| reply.encode(proto, out.buf()));
+        crate::offload::free_later(reply);
+    } else {
+        reply.encode(proto, out.buf());
     }
 }
 

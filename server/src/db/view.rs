@@ -52,7 +52,8 @@ pub struct View<'a> {
     client: ClientId,
     /// Big values this command let go of that must be freed before it replies
     /// ([`Free::Now`]): freed once the locks are released, off the loop.
-    garbage: Vec<Value>,
+    /// (An `Option`, so a view that frees nothing drops it with one test.)
+    garbage: Option<Vec<Value>>,
 }
 
 /// When a value a command lets go of is freed. Only a big one (see
@@ -120,7 +121,7 @@ impl<'a> View<'a> {
             hits: Cell::new(0),
             misses: Cell::new(0),
             client: 0,
-            garbage: Vec::new(),
+            garbage: None,
         }
     }
 
@@ -136,7 +137,7 @@ impl<'a> View<'a> {
             return;
         }
         match how {
-            Free::Now => self.garbage.push(value),
+            Free::Now => self.garbage.get_or_insert_with(Vec::new).push(value),
             Free::Later => crate::offload::free_later(value),
         }
     }
@@ -486,11 +487,10 @@ impl Drop for View<'_> {
     /// are released (so no other command waits for the shards meanwhile), off
     /// the loop (so the loop's other clients do not wait either).
     fn drop(&mut self) {
-        if self.garbage.is_empty() {
+        let Some(garbage) = self.garbage.take() else {
             return;
-        }
+        };
         self.guards.clear();
-        let garbage = std::mem::take(&mut self.garbage);
         crate::offload::offload(move || drop(garbage));
     }
 }
