@@ -118,24 +118,25 @@ impl Server {
         if max == 0 || self.data_memory() + incoming <= max {
             return Ok(());
         }
-        if crate::offload::pending_frees() > 0 {
-            // What a FLUSHALL ASYNC let go of is still being freed: wait for it,
-            // off the worker, rather than evict the keys written since or refuse
-            // with OOM (Redis's eviction also waits for its lazy-free jobs).
-            crate::offload::offload(crate::offload::wait_freed);
-            if self.data_memory() + incoming <= max {
-                return Ok(());
-            }
-        }
         let policy = self.config.policy();
         let samples = self.config.maxmemory_samples.load(Relaxed) as usize;
-        let (evicted, still_over) = self.evictor.evict(
-            &self.db,
-            policy,
-            samples,
-            || self.data_memory() + incoming > max,
-            |key| crate::notify::event(self, crate::notify::EVICTED, "evicted", key),
-        );
+        // What is still being freed (a FLUSHALL ASYNC's keyspace, UNLINKed or
+        // expired values, before or during the eviction) is waited for, off the
+        // worker, before another key goes or the write is refused with OOM: the
+        // keys written since are not evicted for memory that is coming back
+        // (Redis's eviction also waits for its lazy-free jobs).
+        let over = || {
+            if self.data_memory() + incoming <= max {
+                return false;
+            }
+            if crate::offload::pending_frees() > 0 {
+                crate::offload::offload(crate::offload::wait_freed);
+            }
+            self.data_memory() + incoming > max
+        };
+        let (evicted, still_over) = self.evictor.evict(&self.db, policy, samples, over, |key| {
+            crate::notify::event(self, crate::notify::EVICTED, "evicted", key)
+        });
         if evicted > 0 {
             self.stats.evicted_keys.add(evicted);
         }

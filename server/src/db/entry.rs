@@ -49,9 +49,13 @@ impl Value {
         }
     }
 
-    /// See [`Entry::is_big`].
+    /// See [`Entry::is_big`]. A string a reply still holds (a GET of it being
+    /// sent) frees nothing when dropped here: the reply frees it once written.
     pub fn is_big(&self) -> bool {
-        self.heap_size() >= LAZY_FREE_MIN
+        match self {
+            Value::Str(b) => b.len() >= LAZY_FREE_MIN && b.is_unique(),
+            Value::IdSet(s) => s.heap_size() >= LAZY_FREE_MIN,
+        }
     }
 
     /// Bytes of heap this value owns, for `MEMORY USAGE`.

@@ -305,7 +305,7 @@ impl IdSet {
                     let reserve = (ids.len() - i - 1).max(table.len() as usize);
                     let bigger = rebuild_with(&table.as_table(), &ids[i..=i], reserve)
                         .expect("table size within format limits");
-                    buf = BytesMut::from(&bigger[..]);
+                    release(std::mem::replace(&mut buf, BytesMut::from(&bigger[..])));
                     added += 1;
                     i += 1;
                 }
@@ -350,6 +350,7 @@ impl IdSet {
         if t.capacity() >= SHRINK_MIN_CAPACITY && t.len() * SHRINK_RATIO < u64::from(t.capacity()) {
             let smaller = rebuild(&t, 0).expect("a smaller table fits");
             self.table = smaller.into();
+            release(buf);
             return removed;
         }
         self.table = buf.freeze();
@@ -362,6 +363,15 @@ impl IdSet {
         table
             .try_into_mut()
             .unwrap_or_else(|shared| BytesMut::from(&shared[..]))
+    }
+}
+
+/// Lets go of a table a rebuild replaced. These run under the key's shard lock
+/// (in EXEC, or when a set grew past its probe bound), so a big one is freed on
+/// the lazy-free thread.
+fn release(old: BytesMut) {
+    if old.capacity() >= super::LAZY_FREE_MIN {
+        crate::offload::free_later(old);
     }
 }
 
