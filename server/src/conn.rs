@@ -38,7 +38,7 @@ use crate::client_memory::{self, Footprint};
 use crate::cmd::{self, Flow};
 use crate::config::OutputLimit;
 use crate::observe::monitor;
-use crate::offload::{offload, LARGE_REQUEST};
+use crate::offload::{offload, LARGE_ARGS, LARGE_REQUEST};
 use crate::output::Output;
 use crate::pubsub;
 use crate::server::Server;
@@ -48,8 +48,8 @@ use crate::spare;
 const READ_CHUNK: usize = 16 * 1024;
 /// Most room made at once for the rest of a big argument: the buffer grows straight
 /// to what a 20,000-id table needs instead of doubling from 16 KB (four copies), while
-/// a declared length alone can make a connection allocate at most this much ahead of
-/// the bytes.
+/// a declared length or argument count alone can make a connection allocate at
+/// most this much ahead of the bytes.
 const MAX_READ_AHEAD: usize = 1024 * 1024;
 /// Past this much pending output mid-batch, try to write before executing more, so
 /// a client that reads promptly never makes us hold a large buffer.
@@ -493,20 +493,29 @@ fn footprint(
 }
 
 /// One read into `rbuf`; `wanted` is how many more bytes the request under way is
-/// known to need ([`RequestDecoder::bytes_wanted`]).
+/// expected to need ([`RequestDecoder::bytes_wanted`]).
 fn try_read(
     server: &Server,
     stream: &TcpStream,
     rbuf: &mut BytesMut,
     wanted: usize,
 ) -> io::Result<usize> {
-    let room = wanted.clamp(READ_CHUNK, MAX_READ_AHEAD);
+    // Room for the rest of the request under way as far as it is known, else a
+    // chunk. A buffer that already has room for the known rest is not grown by
+    // a chunk more: that regrowth copied a whole 20,000-id SADD for its last
+    // few kilobytes.
+    let room = if wanted > 0 {
+        wanted.min(MAX_READ_AHEAD)
+    } else {
+        READ_CHUNK
+    };
     if rbuf.capacity() == 0 {
         // No request under way: read into one of the thread's spare buffers.
         *rbuf = spare::take_bytes();
     } else if rbuf.capacity() - rbuf.len() < room {
         // Part of a request is here: the rest goes straight after it. Growing a
         // large buffer copies it (64 MB of a 5M-id SADD): off the worker.
+        let room = room.max(READ_CHUNK);
         if rbuf.len() > LARGE_REQUEST {
             offload(|| rbuf.reserve(room));
         } else {
@@ -555,14 +564,14 @@ fn try_write(server: &Server, stream: &TcpStream, wbuf: &mut Output) -> io::Resu
 
 /// Decodes the next request. The request that completes a big multibulk turns
 /// each of its arguments into a slice of it at once (5M of them for a 5M-id
-/// SADD, 100 ms): that is done off the worker.
+/// SADD, 100 ms): past [`LARGE_ARGS`] that is done off the worker.
 #[inline]
 fn decode(
     decoder: &mut RequestDecoder,
     rbuf: &mut BytesMut,
     args: &mut Vec<Bytes>,
 ) -> Result<bool, relcache_protocol::resp::ProtocolError> {
-    if decoder.scratch_bytes() > LARGE_REQUEST {
+    if decoder.args_read() > LARGE_ARGS {
         offload(|| decoder.decode(rbuf, args))
     } else {
         decoder.decode(rbuf, args)
@@ -574,7 +583,7 @@ fn decode(
 /// the worker, but before the reply goes, so a client that has its reply finds
 /// the memory given back.
 fn release_args(args: Vec<Bytes>) {
-    if args.len() * std::mem::size_of::<Bytes>() > LARGE_REQUEST {
+    if args.len() > LARGE_ARGS {
         offload(|| drop(args));
     }
 }

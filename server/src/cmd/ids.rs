@@ -17,25 +17,61 @@ use crate::error::CmdError;
 
 /// Parses one canonical decimal `u64`.
 pub fn parse_id(arg: &[u8]) -> Result<u64, CmdError> {
-    parse_id_opt(arg).ok_or_else(|| {
-        let shown = String::from_utf8_lossy(&arg[..arg.len().min(64)]).into_owned();
-        CmdError::err(format!(
-            "member '{shown}' is not a valid id: relcache sets hold unsigned 64-bit integers in canonical decimal form"
-        ))
-    })
+    match parse_id_opt(arg) {
+        Some(id) => Ok(id),
+        None => Err(not_an_id(arg)),
+    }
+}
+
+#[cold]
+fn not_an_id(arg: &[u8]) -> CmdError {
+    let shown = String::from_utf8_lossy(&arg[..arg.len().min(64)]).into_owned();
+    CmdError::err(format!(
+        "member '{shown}' is not a valid id: relcache sets hold unsigned 64-bit integers in canonical decimal form"
+    ))
 }
 
 /// [`parse_id`] without the error.
+///
+/// Batch commands parse every id of a request (20,000 for a set's SADD, 100 for a
+/// batch check), so digits are read a word at a time: four to eight in one `u64`,
+/// validated and converted with a few multiplies (the SWAR method of Lemire's
+/// "Faster Integer Parsing"), instead of a compare, multiply and add per digit
+/// (callgrind, a 20,000-id SADD of 1- to 6-digit ids: 115 → 60 instructions an id,
+/// calls included).
+#[inline(always)]
 pub fn parse_id_opt(arg: &[u8]) -> Option<u64> {
-    if arg.is_empty() || arg.len() > 20 || (arg.len() > 1 && arg[0] == b'0') {
+    let n = arg.len();
+    if n == 0 || n > 20 || (n > 1 && arg[0] == b'0') {
         return None;
     }
-    let mut v: u64 = 0;
-    // Up to 19 digits cannot overflow a u64: only a 20-digit id needs the checks.
-    // (Eight digits at a time in a word was tried: gathering them into the word
-    // without reading past the slice cost what it saved.)
-    if arg.len() <= 19 {
-        for &b in arg {
+    if n <= 8 {
+        return up_to_eight(arg);
+    }
+    let low = eight(&arg[n - 8..])?;
+    let head = &arg[..n - 8];
+    if head.len() <= 8 {
+        // At most 16 digits: no overflow.
+        return Some(up_to_eight(head)? * 100_000_000 + low);
+    }
+    let mid = eight(&head[head.len() - 8..])?;
+    // One to four digits; only a 20-digit id can overflow.
+    let top = up_to_eight(&head[..head.len() - 8])?;
+    let rest = mid * 100_000_000 + low;
+    if n < 20 {
+        return Some(top * 10_000_000_000_000_000 + rest);
+    }
+    top.checked_mul(10_000_000_000_000_000)?.checked_add(rest)
+}
+
+/// The number spelled by 1 to 8 decimal digits, if they are all digits.
+#[inline(always)]
+fn up_to_eight(digits: &[u8]) -> Option<u64> {
+    let n = digits.len();
+    debug_assert!((1..=8).contains(&n));
+    if n < 4 {
+        let mut v = 0;
+        for &b in digits {
             let d = b.wrapping_sub(b'0');
             if d > 9 {
                 return None;
@@ -44,14 +80,35 @@ pub fn parse_id_opt(arg: &[u8]) -> Option<u64> {
         }
         return Some(v);
     }
-    for &b in arg {
-        let d = b.wrapping_sub(b'0');
-        if d > 9 {
-            return None;
-        }
-        v = v.checked_mul(10)?.checked_add(u64::from(d))?;
+    // Two overlapping four-byte loads, the first shifted so that only the digits
+    // the second does not hold remain, with '0's in front: eight digits in all.
+    let first = u64::from(u32::from_le_bytes(digits[..4].try_into().unwrap()));
+    let last = u64::from(u32::from_le_bytes(digits[n - 4..].try_into().unwrap()));
+    let pad = 8 * (8 - n) as u32;
+    let lead = ((first << pad) & 0xFFFF_FFFF) | (0x3030_3030u64 >> (32 - pad));
+    word_value(lead | (last << 32))
+}
+
+/// The number spelled by exactly 8 decimal digits, if they are all digits.
+#[inline(always)]
+fn eight(digits: &[u8]) -> Option<u64> {
+    word_value(u64::from_le_bytes(digits.try_into().unwrap()))
+}
+
+/// Eight ASCII bytes loaded little-endian (the first, most significant digit in
+/// the low byte), as the number they spell if every one is a digit.
+#[inline(always)]
+fn word_value(w: u64) -> Option<u64> {
+    const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    // Each byte is 0x30..=0x39 exactly when its high nibble is 3 and adding 6
+    // leaves it 3 (a byte that carries into the next is >= 0xFA: refused by
+    // its own high nibble).
+    if (w & HIGH) | ((w.wrapping_add(0x0606_0606_0606_0606) & HIGH) >> 4) != 0x3333_3333_3333_3333 {
+        return None;
     }
-    Some(v)
+    let w = (w & 0x0F0F_0F0F_0F0F_0F0F).wrapping_mul(2561) >> 8;
+    let w = (w & 0x00FF_00FF_00FF_00FF).wrapping_mul(6_553_601) >> 16;
+    Some((w & 0x0000_FFFF_0000_FFFF).wrapping_mul(42_949_672_960_001) >> 32)
 }
 
 /// Parses every argument as an id.
@@ -60,7 +117,10 @@ pub fn parse_ids(args: &[Bytes]) -> Result<Vec<u64>, CmdError> {
     // the vector by doubling (a 20,000-id SADD reallocated 12 times).
     let mut ids = Vec::with_capacity(args.len());
     for a in args {
-        ids.push(parse_id(a)?);
+        let Some(id) = parse_id_opt(a) else {
+            return Err(not_an_id(a));
+        };
+        ids.push(id);
     }
     Ok(ids)
 }
@@ -223,6 +283,39 @@ mod tests {
             })
             .collect();
         assert_eq!(texts, [&b"0"[..], b"42", b"18446744073709551615"]);
+    }
+
+    /// Every length the word-at-a-time reader splits differently (1–3 digits
+    /// alone, 4–8 in one word, 9–16 in two, 17–20 in three), with a non-digit in
+    /// every place: the neighbours of '0' and '9', and the bytes whose +6 carries
+    /// into the next byte of the word.
+    #[test]
+    fn every_length_and_every_place() {
+        for len in 1..=20usize {
+            let top = if len == 20 { 1 } else { 9 };
+            let digits: Vec<u8> = (0..len)
+                .map(|i| {
+                    if i == 0 {
+                        b'0' + top
+                    } else {
+                        b'0' + (i % 10) as u8
+                    }
+                })
+                .collect();
+            assert_eq!(parse_id_opt(&digits), reference(&digits), "{len}");
+            for place in 0..len {
+                for bad in [b'/', b':', b' ', 0xFA, 0xFF, 0x80, 0x00] {
+                    let mut arg = digits.clone();
+                    arg[place] = bad;
+                    assert_eq!(parse_id_opt(&arg), None, "{len} {place} {bad:#x}");
+                }
+            }
+            let power = 10u128.pow(len as u32 - 1);
+            for n in [power, power * 10 - 1] {
+                let text = n.to_string();
+                assert_eq!(parse_id_opt(text.as_bytes()), u64::try_from(n).ok(), "{n}");
+            }
+        }
     }
 
     /// The rule parse_id_opt implements, spelled the slow way.
