@@ -229,28 +229,53 @@ fn main() {
         per_id[1] / per_id[0]
     );
 
-    let smis = smismember_requests();
-    for (p, c) in [(16, 50), (1, 50)] {
-        let r = alternate(&targets, rounds, |t| {
-            let rate = blast(t.port(), &smis, c, p, 3.0);
+    // Ids checked per second, and the server CPU each id cost (from /proc): with
+    // the client on the same two cores, the rate is partly the client's, and at
+    // `-P 1` its 50 threads' wake-ups are most of the work; the CPU per id is
+    // the servers' own.
+    let checks = |reqs: &[Vec<u8>], targets: &[&Target], p: usize, c: usize| {
+        let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); targets.len()];
+        let rates = alternate(targets, rounds, |t| {
+            let before = support::harness::cpu_ns(t.pid());
+            let rate = blast(t.port(), reqs, c, p, 3.0);
+            let spent = support::harness::cpu_ns(t.pid()) - before;
             assert_eq!(rate.errors, 0, "{} errors", t.name());
+            let i = targets.iter().position(|x| x.pid() == t.pid()).unwrap();
+            cpu[i].push(spent as f64 / (rate.requests * 100) as f64);
             rate.requests_per_sec * 100.0
         });
+        let cpu: Vec<f64> = cpu.into_iter().map(median).collect();
+        (rates, cpu)
+    };
+    let smis = smismember_requests();
+    let mut smis_cpu = Vec::new();
+    for (p, c) in [(16, 50), (1, 50)] {
+        let (r, cpu) = checks(&smis, &targets, p, c);
         println!(
             "| SMISMEMBER 100 ids, -P {p} -c {c}: ids checked/s | {:.0} | {:.0} | {:.2}x |",
             r[0],
             r[1],
             r[0] / r[1]
         );
+        println!(
+            "| same, server CPU per id checked, ns | {:.1} | {:.1} | {:.2}x less |",
+            cpu[0],
+            cpu[1],
+            cpu[1] / cpu[0]
+        );
+        smis_cpu.push(cpu[1]);
     }
     let bin = mexistsbin_requests();
-    for (p, c) in [(16, 50), (1, 50)] {
-        let r = alternate(&[&relcache], rounds, |t| {
-            blast(t.port(), &bin, c, p, 3.0).requests_per_sec * 100.0
-        });
+    for ((p, c), redis_cpu) in [(16, 50), (1, 50)].into_iter().zip(smis_cpu) {
+        let (r, cpu) = checks(&bin, &[&relcache], p, c);
         println!(
             "| IDSET.MEXISTSBIN 100 ids, -P {p} -c {c}: ids checked/s | {:.0} | – | – |",
             r[0]
+        );
+        println!(
+            "| same, server CPU per id checked, ns (redis: SMISMEMBER) | {:.1} | {redis_cpu:.1} | {:.2}x less |",
+            cpu[0],
+            redis_cpu / cpu[0]
         );
     }
 

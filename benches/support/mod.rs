@@ -169,6 +169,8 @@ fn skip_frame(buf: &[u8]) -> Option<usize> {
 #[derive(Debug, Clone, Copy)]
 pub struct Rate {
     pub requests_per_sec: f64,
+    /// Requests completed in all.
+    pub requests: u64,
     pub errors: u64,
 }
 
@@ -220,6 +222,7 @@ pub fn blast(port: u16, requests: &[Vec<u8>], conns: usize, pipeline: usize, sec
     }
     Rate {
         requests_per_sec: done as f64 / start.elapsed().as_secs_f64(),
+        requests: done,
         errors,
     }
 }
