@@ -358,6 +358,9 @@ impl Progress {
             }
         };
         self.make_room(count, buf.len() - self.pos.min(buf.len()));
+        if self.bulk_len.is_none() {
+            self.short_arguments(buf, count, limits);
+        }
         while self.args.len() < count {
             let len = match self.bulk_len {
                 Some(len) => len,
@@ -379,6 +382,36 @@ impl Progress {
             self.bulk_len = None;
         }
         Ok(Parsed::Multibulk { len: self.pos })
+    }
+
+    /// Takes every complete argument with a one- or two-digit header (`$6\r\n`)
+    /// from `pos` on, keeping the position in a register rather than the state
+    /// a resumable parse needs: the ids of a SADD or a batch check, and the
+    /// command and key of most requests (callgrind: 77 → 50 instructions an
+    /// argument of a 20,000-id SADD, 324 → 291 a pipelined GET). It stops, consuming nothing of it, at the first
+    /// argument it cannot take whole (a longer header, data not all here, a
+    /// malformed one), which the general loop then reads, reporting what is wrong
+    /// with it as it always has.
+    #[inline]
+    fn short_arguments(&mut self, buf: &[u8], count: usize, limits: &Limits) {
+        let mut pos = self.pos;
+        while self.args.len() < count {
+            let Some((len, header)) = buf.get(pos..).and_then(|b| short_header(b, b'$')) else {
+                break;
+            };
+            if len > limits.max_bulk_len {
+                break;
+            }
+            let start = pos + header;
+            let end = start + len;
+            if buf.get(end..end + 2) != Some(b"\r\n") {
+                break;
+            }
+            self.args.push(start..end);
+            pos = end + 2;
+        }
+        self.pos = pos;
+        self.scanned = pos;
     }
 
     /// Makes room for the places of the arguments `unparsed` buffered bytes can
