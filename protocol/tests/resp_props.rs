@@ -24,12 +24,17 @@ fn binary(max: usize) -> impl Strategy<Value = Bytes> {
     vec(any::<u8>(), 0..max).prop_map(Bytes::from)
 }
 
+/// Any `i64`, and often one of the single digits aggregates write in place.
+fn integer() -> impl Strategy<Value = i64> {
+    prop_oneof![any::<i64>(), -1i64..=10]
+}
+
 /// Leaves that survive RESP2 unchanged.
 fn resp2_leaf() -> impl Strategy<Value = Frame> {
     prop_oneof![
         line_text().prop_map(Frame::Simple),
         line_text().prop_map(Frame::Error),
-        any::<i64>().prop_map(Frame::Integer),
+        integer().prop_map(Frame::Integer),
         binary(40).prop_map(Frame::Bulk),
         Just(Frame::Null),
         Just(Frame::NullArray),
@@ -46,7 +51,7 @@ fn resp3_leaf() -> impl Strategy<Value = Frame> {
     prop_oneof![
         line_text().prop_map(Frame::Simple),
         line_text().prop_map(Frame::Error),
-        any::<i64>().prop_map(Frame::Integer),
+        integer().prop_map(Frame::Integer),
         binary(40).prop_map(Frame::Bulk),
         Just(Frame::Null),
         any::<f64>()
