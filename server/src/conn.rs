@@ -172,7 +172,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                     }
                     // After that: the reply buffer is not the request's memory.
                     wbuf.buf();
-                    let flow = if size > LARGE_REQUEST {
+                    let flow = if size > LARGE_REQUEST || args.len() > LARGE_ARGS {
                         offload(|| cmd::dispatch(server, session, &args, &mut wbuf, None))
                     } else {
                         cmd::dispatch(server, session, &args, &mut wbuf, None)
@@ -500,14 +500,14 @@ fn try_read(
     rbuf: &mut BytesMut,
     wanted: usize,
 ) -> io::Result<usize> {
-    // Room for the rest of the request under way as far as it is known, else a
-    // chunk. A buffer that already has room for the known rest is not grown by
-    // a chunk more: that regrowth copied a whole 20,000-id SADD for its last
-    // few kilobytes.
-    let room = if wanted > 0 {
+    // Room for the rest of the request under way as far as it is expected, and
+    // at least a chunk; but a large buffer that already has room for the
+    // expected rest is not grown by a chunk more: that regrowth copied a whole
+    // 20,000-id SADD for its last few kilobytes.
+    let room = if wanted > 0 && rbuf.len() > READ_CHUNK {
         wanted.min(MAX_READ_AHEAD)
     } else {
-        READ_CHUNK
+        wanted.clamp(READ_CHUNK, MAX_READ_AHEAD)
     };
     if rbuf.capacity() == 0 {
         // No request under way: read into one of the thread's spare buffers.

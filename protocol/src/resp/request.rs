@@ -176,13 +176,15 @@ impl RequestDecoder {
         let mut end = p.pos;
         let mut ahead = p.count.unwrap_or(0).saturating_sub(parsed);
         if let Some(len) = p.bulk_len {
-            end = end.saturating_add(len + 2);
+            end = end.saturating_add(len).saturating_add(2);
             ahead = ahead.saturating_sub(1);
         }
-        if parsed > 0 {
-            // Erring high, by a quarter: room a request does not use costs only
-            // address space until it has run (untouched pages are never faulted
-            // in), while too little costs a copy of all of it. The first
+        // Before AUTH, only what is known: a stranger's ten arguments of 16 KB
+        // each must not make room for 200 KB on the strength of one.
+        if parsed > 0 && !self.limits.unauthenticated {
+            // Erring high, by a quarter: room a request does not use is given
+            // back once it has run (and the server caps how far ahead it makes
+            // room), while too little costs a copy of all of it. The first
             // arguments are often shorter than the rest (ids counting up).
             let guess = ahead.saturating_mul(p.pos).div_ceil(parsed);
             end = end.saturating_add(guess.saturating_add(guess / 4));
@@ -357,11 +359,20 @@ impl Progress {
                 count
             }
         };
-        self.make_room(count, buf.len() - self.pos.min(buf.len()));
-        if self.bulk_len.is_none() {
-            self.short_arguments(buf, count, limits);
-        }
-        while self.args.len() < count {
+        // The data of a bulk under way is no argument's: room is made for the
+        // arguments the bytes after it can hold.
+        let after = match self.bulk_len {
+            Some(len) => self.pos.saturating_add(len).saturating_add(2),
+            None => self.pos,
+        };
+        self.make_room(count, buf.len().saturating_sub(after));
+        loop {
+            if self.bulk_len.is_none() {
+                self.short_arguments(buf, count, limits);
+            }
+            if self.args.len() >= count {
+                break;
+            }
             let len = match self.bulk_len {
                 Some(len) => len,
                 None => match self.bulk_header(buf, limits)? {
@@ -388,13 +399,15 @@ impl Progress {
     /// from `pos` on, keeping the position in a register rather than the state
     /// a resumable parse needs: the ids of a SADD or a batch check, and the
     /// command and key of most requests (callgrind: 77 → 50 instructions an
-    /// argument of a 20,000-id SADD, 324 → 291 a pipelined GET). It stops, consuming nothing of it, at the first
-    /// argument it cannot take whole (a longer header, data not all here, a
-    /// malformed one), which the general loop then reads, reporting what is wrong
-    /// with it as it always has.
+    /// argument of a 20,000-id SADD, 324 → 291 a pipelined GET). It stops,
+    /// consuming nothing of it, at the first argument it cannot take whole (a
+    /// longer header, data not all here, a malformed one), which the general
+    /// loop then reads, reporting what is wrong with it as it always has, before
+    /// handing the arguments after it back to this one.
     #[inline]
     fn short_arguments(&mut self, buf: &[u8], count: usize, limits: &Limits) {
-        let mut pos = self.pos;
+        let start_pos = self.pos;
+        let mut pos = start_pos;
         while self.args.len() < count {
             let Some((len, header)) = buf.get(pos..).and_then(|b| short_header(b, b'$')) else {
                 break;
@@ -410,23 +423,33 @@ impl Progress {
             self.args.push(start..end);
             pos = end + 2;
         }
-        self.pos = pos;
-        self.scanned = pos;
+        // Only when it took something: `scanned` may be far into a long header
+        // line the general loop is still waiting to see the end of, and searching
+        // it again from its start on every read would make a header trickling in
+        // a byte at a time cost the square of its length.
+        if pos != start_pos {
+            self.pos = pos;
+            self.scanned = pos;
+        }
     }
 
     /// Makes room for the places of the arguments `unparsed` buffered bytes can
     /// hold (an argument takes at least 6: `$0` and two CRLFs), `count` in all
     /// being announced, once a read rather than a check a place: a request that
-    /// has arrived is placed with one allocation, not by doubling. Growing at
-    /// least doubles, so one that trickles in is still placed in amortised
-    /// constant time. The places kept stay in proportion to the bytes received,
-    /// never to the count alone.
+    /// has arrived is placed in a few allocations, not by doubling from 1,024.
+    /// At most four times the room there was, since those bytes may be one big
+    /// argument's data rather than many small ones; at least double, so a
+    /// request that trickles in is still placed in amortised constant time. The
+    /// places kept stay in proportion to the arguments received, never to the
+    /// count or the bytes alone.
     #[inline]
     fn make_room(&mut self, count: usize, unparsed: usize) {
-        let have = self.args.len();
+        let (have, room) = (self.args.len(), self.args.capacity());
         let want = (count - have).min(unparsed / 6 + 1);
-        if self.args.capacity() - have < want {
-            self.args.reserve_exact(want.max(have).min(count - have));
+        if room - have < want {
+            let most = 4 * room.max(MAX_PREALLOC) - have;
+            self.args
+                .reserve_exact(want.max(have).min(most).min(count - have));
         }
     }
 
@@ -1025,6 +1048,44 @@ mod tests {
     }
 
     #[test]
+    fn a_header_arriving_a_byte_at_a_time_is_searched_once() {
+        let mut decoder = RequestDecoder::default();
+        let mut args = Vec::new();
+        let mut buf = BytesMut::from(&b"*1\r\n$"[..]);
+        assert!(!decoder.decode(&mut buf, &mut args).unwrap());
+        for _ in 0..100 {
+            buf.extend_from_slice(b"1");
+            assert!(!decoder.decode(&mut buf, &mut args).unwrap());
+            // Searched up to the end, and not again from the header's start.
+            assert_eq!(decoder.progress.scanned, buf.len());
+        }
+    }
+
+    #[test]
+    fn the_data_of_a_big_argument_makes_no_argument_places() {
+        let mut decoder = RequestDecoder::default();
+        let mut args = Vec::new();
+        let mut buf = BytesMut::from(&b"*1000000\r\n$1\r\na\r\n$600000\r\n"[..]);
+        buf.extend_from_slice(&vec![b'x'; 600_000]);
+        assert!(!decoder.decode(&mut buf, &mut args).unwrap());
+        assert_eq!(decoder.progress.args.len(), 1);
+        assert!(decoder.progress.args.capacity() <= 4 * MAX_PREALLOC);
+    }
+
+    #[test]
+    fn before_auth_only_the_known_rest_is_wanted() {
+        let limits = Limits {
+            unauthenticated: true,
+            ..Limits::default()
+        };
+        let mut decoder = RequestDecoder::new(limits);
+        let mut args = Vec::new();
+        let mut buf = BytesMut::from(&b"*10\r\n$3\r\nSET\r\n$3"[..]);
+        assert!(!decoder.decode(&mut buf, &mut args).unwrap());
+        assert_eq!(decoder.bytes_wanted(buf.len()), 0);
+    }
+
+    #[test]
     fn argument_places_follow_the_bytes_not_the_count() {
         // A count of a million and three small arguments: room for what arrived.
         let mut decoder = RequestDecoder::default();
@@ -1033,8 +1094,8 @@ mod tests {
         assert!(!decoder.decode(&mut buf, &mut args).unwrap());
         assert_eq!(decoder.progress.args.len(), 3);
         assert!(decoder.progress.args.capacity() <= MAX_PREALLOC);
-        // 60,000 more, arriving at once: placed in at most two growths, and never
-        // more places than the bytes could hold.
+        // 60,000 more, arriving at once: never more places than the bytes could
+        // hold.
         let more: Vec<u8> = b"$1\r\nx\r\n".repeat(60_000);
         buf.extend_from_slice(&more);
         assert!(!decoder.decode(&mut buf, &mut args).unwrap());
