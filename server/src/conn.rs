@@ -564,14 +564,20 @@ fn try_write(server: &Server, stream: &TcpStream, wbuf: &mut Output) -> io::Resu
 
 /// Decodes the next request. The request that completes a big multibulk turns
 /// each of its arguments into a slice of it at once (5M of them for a 5M-id
-/// SADD, 100 ms): past [`LARGE_ARGS`] that is done off the worker.
+/// SADD, 100 ms), and one that arrived whole (held back behind a slow reader, or
+/// read 1 MB at a time) is parsed in the same call: past [`LARGE_ARGS`] that is
+/// done off the worker.
 #[inline]
 fn decode(
     decoder: &mut RequestDecoder,
     rbuf: &mut BytesMut,
     args: &mut Vec<Bytes>,
 ) -> Result<bool, relcache_protocol::resp::ProtocolError> {
-    if decoder.args_read() > LARGE_ARGS {
+    // A request that arrived whole is decoded in one call: its announced count
+    // is looked at too, once the buffer could hold that many arguments.
+    let large = decoder.args_read() > LARGE_ARGS
+        || (rbuf.len() / 6 > LARGE_ARGS && decoder.args_announced(rbuf) > LARGE_ARGS);
+    if large {
         offload(|| decoder.decode(rbuf, args))
     } else {
         decoder.decode(rbuf, args)

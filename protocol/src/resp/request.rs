@@ -162,6 +162,27 @@ impl RequestDecoder {
         self.progress.args.len()
     }
 
+    /// How many arguments the request at the front of `buf` announces, once its
+    /// `*<n>` line is complete (0 before, and for an inline request or a count
+    /// that is no number): a server can tell a large request that has arrived
+    /// whole before a call decodes it all.
+    pub fn args_announced(&self, buf: &[u8]) -> usize {
+        if let Some(count) = self.progress.count {
+            return count;
+        }
+        if buf.first() != Some(&b'*') {
+            return 0;
+        }
+        // A count of up to 20 digits: a longer line is refused when decoded.
+        let line = &buf[..buf.len().min(24)];
+        match line.iter().position(|&b| b == b'\r') {
+            Some(cr) if cr + 1 < buf.len() => header_number(buf, 0, cr)
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(0),
+            _ => 0,
+        }
+    }
+
     /// How many more bytes than `buffered` (the bytes in the buffer, the request
     /// under way at its front) that request is expected to need: the rest of a
     /// bulk argument whose header has been read, exactly, and for the arguments not
@@ -437,19 +458,24 @@ impl Progress {
     /// hold (an argument takes at least 6: `$0` and two CRLFs), `count` in all
     /// being announced, once a read rather than a check a place: a request that
     /// has arrived is placed in a few allocations, not by doubling from 1,024.
-    /// At most four times the room there was, since those bytes may be one big
-    /// argument's data rather than many small ones; at least double, so a
-    /// request that trickles in is still placed in amortised constant time. The
-    /// places kept stay in proportion to the arguments received, never to the
-    /// count or the bytes alone.
+    /// A growth at least doubles the room, so a request that trickles in (or a
+    /// long header line whose bytes are counted again each read) is still
+    /// placed in amortised constant time; and at most quadruples it, since those
+    /// bytes may be one big argument's data rather than many small ones. The
+    /// places kept stay within what the bytes decoded at once could hold, never
+    /// in proportion to the count alone.
     #[inline]
     fn make_room(&mut self, count: usize, unparsed: usize) {
         let (have, room) = (self.args.len(), self.args.capacity());
         let want = (count - have).min(unparsed / 6 + 1);
         if room - have < want {
-            let most = 4 * room.max(MAX_PREALLOC) - have;
-            self.args
-                .reserve_exact(want.max(have).min(most).min(count - have));
+            // Each term is past `room`: have + want by the test, and count
+            // because count - have >= want.
+            let target = (have + want)
+                .max(2 * room)
+                .min(4 * room.max(MAX_PREALLOC))
+                .min(count);
+            self.args.reserve_exact(target - have);
         }
     }
 
@@ -1070,6 +1096,42 @@ mod tests {
         assert!(!decoder.decode(&mut buf, &mut args).unwrap());
         assert_eq!(decoder.progress.args.len(), 1);
         assert!(decoder.progress.args.capacity() <= 4 * MAX_PREALLOC);
+    }
+
+    #[test]
+    fn a_long_header_line_arriving_slowly_grows_the_places_geometrically() {
+        let mut decoder = RequestDecoder::default();
+        let mut args = Vec::new();
+        let mut buf = BytesMut::from(&b"*100000\r\n$1\r\na\r\n$"[..]);
+        assert!(!decoder.decode(&mut buf, &mut args).unwrap());
+        let mut growths = 0;
+        let mut room = decoder.progress.args.capacity();
+        for _ in 0..20_000 {
+            buf.extend_from_slice(b"1");
+            assert!(!decoder.decode(&mut buf, &mut args).unwrap());
+            if decoder.progress.args.capacity() != room {
+                room = decoder.progress.args.capacity();
+                growths += 1;
+            }
+        }
+        assert!(growths <= 4, "{growths} growths, room for {room}");
+    }
+
+    #[test]
+    fn the_announced_count_is_read_from_a_complete_line() {
+        let d = RequestDecoder::default();
+        assert_eq!(d.args_announced(b"*70000\r\n$3"), 70_000);
+        assert_eq!(d.args_announced(b"*2\r\n"), 2);
+        for partial in [
+            &b"*70000"[..],
+            b"*70000\r",
+            b"PING\r\n",
+            b"",
+            b"*-1\r\n",
+            b"*x\r\n",
+        ] {
+            assert_eq!(d.args_announced(partial), 0, "{}", partial.escape_ascii());
+        }
     }
 
     #[test]
