@@ -185,12 +185,13 @@ impl RequestDecoder {
 
     /// How many more bytes than `buffered` (the bytes in the buffer, the request
     /// under way at its front) that request is expected to need: the rest of a
-    /// bulk argument whose header has been read, exactly, and for the arguments not
-    /// reached yet the average size of those read so far, and a quarter; 0 when
-    /// no request is under way. A server can grow its buffer once to about the request's size
-    /// instead of by doubling (four copies of a 20,000-id SADD). For arguments not
-    /// reached it is only an estimate from a count the client announced: a server
-    /// should cap how far ahead of the bytes it allocates.
+    /// bulk argument whose header has been read, exactly, and for the arguments
+    /// not reached yet the average size of those read so far, and a quarter (not
+    /// before AUTH); 0 when no request is under way. A server can grow its
+    /// buffer once to about the request's size instead of by doubling (four
+    /// copies of a 20,000-id SADD). For arguments not reached it is only an
+    /// estimate from a count the client announced: a server should cap how far
+    /// ahead of the bytes it allocates.
     pub fn bytes_wanted(&self, buffered: usize) -> usize {
         let p = &self.progress;
         let parsed = p.args.len();
