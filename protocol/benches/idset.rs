@@ -19,7 +19,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use relcache_protocol::idset::{mix, validate, Builder, TableMut, TableRef};
+use relcache_protocol::idset::{check, mix, validate, Builder, Check, TableMut, TableRef};
 
 const SIZES: [usize; 3] = [200, 2_000, 20_000];
 /// Remove + insert pairs per iteration of the `update` benchmarks.
@@ -89,6 +89,14 @@ fn validate_bench(c: &mut Criterion) {
         group.throughput(Throughput::Elements(n as u64));
         group.bench_function(BenchmarkId::from_parameter(format!("{n}ids")), |b| {
             b.iter(|| validate(black_box(&tables[next()])).unwrap().len());
+        });
+        // What a client's SET of a prebuilt table pays by default.
+        group.bench_function(BenchmarkId::from_parameter(format!("{n}ids-sample")), |b| {
+            b.iter(|| {
+                check(black_box(&tables[next()]), Check::Sample)
+                    .unwrap()
+                    .len()
+            });
         });
     }
     group.finish();
