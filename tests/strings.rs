@@ -129,6 +129,75 @@ fn large_values_survive_intact() {
     );
 }
 
+/// A value of 32 KB or more is stored as the buffer it arrived in (its own, the
+/// decoder's): pipelined or one at a time, with options after it, inside MULTI,
+/// written to in place afterwards, each value stays its own bytes, and the memory
+/// used is the values', not the read buffers' they came through.
+#[test]
+fn big_arguments_are_stored_as_they_arrived() {
+    let s = TestServer::start();
+    let mut con = s.conn();
+    let value = |i: usize, len: usize| -> Vec<u8> {
+        (0..len).map(|j| ((i * 7 + j * 31) % 251) as u8).collect()
+    };
+    const N: usize = 64;
+    const LEN: usize = 33 * 1024;
+    let used = |con: &mut Connection| -> i64 { harness::info_stat(con, "memory", "used_memory") };
+    let before = used(&mut con);
+
+    // One write holding them all, each after a 210 KB DEL of 30,000 keys that
+    // makes the server read far ahead, so the values arrive whole in read
+    // buffers they would pin if kept as slices of them; then one at a time,
+    // each gathered in a buffer of its own.
+    let mut st = s.raw();
+    let mut del: Vec<&[u8]> = vec![b"DEL"];
+    del.resize(30_001, b"k");
+    let (mut pipeline, mut replies) = (Vec::new(), Vec::new());
+    for i in 0..N {
+        let (key, v) = (format!("p{i}"), value(i, LEN));
+        pipeline.extend(resp_cmd(&del));
+        pipeline.extend(resp_cmd(&[b"SET", key.as_bytes(), &v, b"EX", b"1000"]));
+        replies.extend_from_slice(b":0\r\n+OK\r\n");
+    }
+    roundtrip(&mut st, &pipeline, &replies);
+    for i in 0..N {
+        let (key, v) = (format!("s{i}"), value(N + i, LEN));
+        roundtrip(
+            &mut st,
+            &resp_cmd(&[b"SET", key.as_bytes(), &v]),
+            b"+OK\r\n",
+        );
+    }
+    let grown = used(&mut con) - before;
+    let values = (2 * N * LEN) as i64;
+    assert!(
+        grown >= values && grown < values + values / 4,
+        "{grown} bytes used for {values} bytes of values"
+    );
+
+    // Transactions queue the same arguments; writes in place change only the key.
+    let mut tx = resp_cmd(&[b"MULTI"]);
+    tx.extend(resp_cmd(&[b"SET", b"t", &value(1000, 3 * LEN)]));
+    tx.extend(resp_cmd(&[b"APPEND", b"t", b"tail"]));
+    tx.extend(resp_cmd(&[b"SETRANGE", b"p0", b"0", b"XY"]));
+    tx.extend(resp_cmd(&[b"EXEC"]));
+    let len = 3 * LEN + 4;
+    let exec = format!("+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n+OK\r\n:{len}\r\n:{LEN}\r\n");
+    roundtrip(&mut st, &tx, exec.as_bytes());
+    let mut t = value(1000, 3 * LEN);
+    t.extend_from_slice(b"tail");
+    assert_eq!(run(&mut con, &[b"GET", b"t"]), Ok(Value::BulkString(t)));
+    let mut p0 = value(0, LEN);
+    p0[..2].copy_from_slice(b"XY");
+    assert_eq!(run(&mut con, &[b"GET", b"p0"]), Ok(Value::BulkString(p0)));
+    for i in 1..N {
+        let got = run(&mut con, &[b"GET", format!("p{i}").as_bytes()]);
+        assert_eq!(got, Ok(Value::BulkString(value(i, LEN))), "p{i}");
+        let got = run(&mut con, &[b"GET", format!("s{i}").as_bytes()]);
+        assert_eq!(got, Ok(Value::BulkString(value(N + i, LEN))), "s{i}");
+    }
+}
+
 /// A long value is sent from the stored bytes, not copied into a reply buffer:
 /// the bytes on the wire are still exactly Redis's, in order with the replies
 /// around them (also in RESP3 and in EXEC's), and writes to the key after the

@@ -333,8 +333,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
             }
             Event::Failed(e) => return Closed::Io(e),
             Event::Readable => {
-                let wanted = decoder.bytes_wanted(rbuf.len());
-                match try_read(server, stream, &mut rbuf, wanted) {
+                match try_read(server, stream, &mut rbuf, &mut decoder) {
                     Ok(0) => return Closed::Normal,
                     Ok(_) => {
                         last_interaction = Instant::now();
@@ -348,7 +347,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) => return Closed::Io(e),
                 }
-                if over_query_limit(server, session, rbuf.len()) {
+                if over_query_limit(server, session, rbuf.len() + decoder.big_buffered().0) {
                     server.stats.client_query_buffer_limit_disconnections.incr();
                     return Closed::Limit("closing client that reached max query buffer length");
                 }
@@ -480,9 +479,11 @@ fn footprint(
     decoder: &RequestDecoder,
     session: &Session,
 ) -> Footprint {
+    // A big argument's data, read into a buffer of its own, is query buffer too.
+    let (big_len, big_room) = decoder.big_buffered();
     Footprint {
-        query_len: rbuf.len(),
-        query_free: rbuf.capacity() - rbuf.len(),
+        query_len: rbuf.len() + big_len,
+        query_free: rbuf.capacity() - rbuf.len() + big_room,
         argv,
         scratch: args.capacity() * std::mem::size_of::<Bytes>() + decoder.scratch_bytes(),
         multi: session.multi.as_ref().map_or(0, |m| m.bytes),
@@ -492,14 +493,22 @@ fn footprint(
     }
 }
 
-/// One read into `rbuf`; `wanted` is how many more bytes the request under way is
-/// expected to need ([`RequestDecoder::bytes_wanted`]).
+/// One read: into the buffer of a big argument under way, which becomes the
+/// stored value without a copy ([`RequestDecoder::big_buffer`]), or into `rbuf`,
+/// sized for what the request under way is expected to need
+/// ([`RequestDecoder::bytes_wanted`]).
 fn try_read(
     server: &Server,
     stream: &TcpStream,
     rbuf: &mut BytesMut,
-    wanted: usize,
+    decoder: &mut RequestDecoder,
 ) -> io::Result<usize> {
+    if let Some(big) = decoder.big_buffer() {
+        let n = read_into(stream, big)?;
+        server.stats.total_net_input_bytes.add(n as u64);
+        return Ok(n);
+    }
+    let wanted = decoder.bytes_wanted(rbuf.len());
     // Room for the rest of the request under way as far as it is expected, and
     // at least a chunk; but a large buffer that already has room for the
     // expected rest is not grown by a chunk more: that regrowth copied a whole

@@ -3,7 +3,8 @@
 //! Invariants: no panic; a call never consumes more than the buffer holds, and
 //! never returns an empty request; the resumable decoder, fed the reads one by one,
 //! finds exactly the requests (and the error, if any) that one-shot parsing of the
-//! whole stream finds, and leaves the same bytes over.
+//! whole stream finds, and leaves the same bytes over (as many, when a big bulk's
+//! data is being gathered apart from the buffer).
 #![no_main]
 
 use bytes::BytesMut;
@@ -65,6 +66,12 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(chunked, whole);
     assert_eq!(chunked_error, whole_error);
     if whole_error.is_none() {
-        assert_eq!(&buf[..], rest);
+        // The data of a big bulk still arriving is held apart from `buf`.
+        let (held, _) = decoder.big_buffered();
+        if held == 0 {
+            assert_eq!(&buf[..], rest);
+        } else {
+            assert_eq!(buf.len() + held, rest.len());
+        }
     }
 });

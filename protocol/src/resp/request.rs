@@ -11,7 +11,8 @@
 //!
 //! - [`RequestDecoder`], for a connection: resumable, so a request that arrives over
 //!   many reads is scanned once in total, and zero-copy, so multibulk arguments are
-//!   slices of the read buffer.
+//!   slices of the read buffer, but for a bulk of [`BIG_ARG`] bytes or more, which
+//!   gets an allocation of its own that a server can store as it is.
 //! - [`parse_request`], a pure function over `&[u8]` for tests, fuzzing and tools.
 //!
 //! Empty requests (`*0`, any negative count such as `*-1` or `*-10`, a blank line)
@@ -50,6 +51,15 @@ const MAX_HEADER_LINE: usize = 64 * 1024;
 const MAX_PREALLOC: usize = 1024;
 /// Arguments whose places the decoder keeps without allocating.
 const INLINE_ARGS: usize = 8;
+
+/// A bulk argument of at least this many bytes (Redis's `PROTO_MBULK_BIG_ARG`)
+/// reaches the caller of [`RequestDecoder::decode`] as the only reference to an
+/// allocation of its own, at most 2 bytes larger than it: a server may store it
+/// as it is, without a copy and without pinning the read buffer it came in.
+/// One whose data has not all arrived when its header is read is gathered into
+/// such a buffer directly ([`RequestDecoder::big_buffer`]); one that arrived
+/// whole is copied out of the read buffer, as the server would have had to.
+pub const BIG_ARG: usize = 32 * 1024;
 
 /// Size limits applied while parsing, before anything is allocated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,6 +140,22 @@ impl ProtocolError {
 pub struct RequestDecoder {
     limits: Limits,
     progress: Progress,
+    /// The big argument of the request under way, whose data goes to a buffer
+    /// of its own rather than the read buffer.
+    big: Option<BigArg>,
+}
+
+/// A bulk of at least [`BIG_ARG`] bytes whose header was read before its data had
+/// all arrived: its data, then its CRLF, are gathered in `data`, allocated for
+/// exactly that. In the read buffer the argument takes no bytes: the parse goes on
+/// after it at `Progress::pos`, where its data would have started.
+#[derive(Debug)]
+struct BigArg {
+    /// Which argument of the request it is.
+    index: usize,
+    /// Its length, CRLF excluded.
+    len: usize,
+    data: BytesMut,
 }
 
 impl RequestDecoder {
@@ -138,6 +164,7 @@ impl RequestDecoder {
         RequestDecoder {
             limits,
             progress: Progress::default(),
+            big: None,
         }
     }
 
@@ -148,13 +175,36 @@ impl RequestDecoder {
     }
 
     /// Heap bytes the decoder holds: where each argument of the request under way
-    /// lies, kept between reads. A server counts it as the client's memory.
+    /// lies, kept between reads. A server counts it as the client's memory (a big
+    /// argument's buffer is not counted here: see [`big_buffered`](Self::big_buffered)).
     pub fn scratch_bytes(&self) -> usize {
         if self.progress.args.spilled() {
             self.progress.args.capacity() * std::mem::size_of::<Range<usize>>()
         } else {
             0
         }
+    }
+
+    /// The buffer of a big argument under way ([`big_buffer`](Self::big_buffer)):
+    /// how many bytes it holds and how many it has room for. They are input the
+    /// client has sent or announced and no command has taken yet: a server counts
+    /// them with its read buffer, as its query buffer.
+    pub fn big_buffered(&self) -> (usize, usize) {
+        self.big
+            .as_ref()
+            .map_or((0, 0), |b| (b.data.len(), b.data.capacity() - b.data.len()))
+    }
+
+    /// Where the next bytes from the client belong while a big argument's data
+    /// is being gathered (see [`BIG_ARG`]): a buffer whose spare capacity is
+    /// exactly the rest of that data and its CRLF, so a read into it takes
+    /// nothing of what follows. Reading there instead of into the read buffer
+    /// saves copying them over; a caller that does not is served all the same.
+    pub fn big_buffer(&mut self) -> Option<&mut BytesMut> {
+        self.big
+            .as_mut()
+            .map(|b| &mut b.data)
+            .filter(|data| data.len() < data.capacity())
     }
 
     /// How many arguments of the request under way have been read.
@@ -216,10 +266,13 @@ impl RequestDecoder {
 
     /// Decodes one request from the front of `buf` into `args`.
     ///
-    /// Returns `Ok(true)` with `args` holding the request's arguments (slices of the
-    /// consumed bytes for a multibulk; never empty) and the request's bytes removed
+    /// Returns `Ok(true)` with `args` holding the request's arguments (for a
+    /// multibulk, slices of the consumed bytes, but each of [`BIG_ARG`] bytes or
+    /// more an allocation of its own; never empty) and the request's bytes removed
     /// from `buf`. Returns `Ok(false)` when `buf` holds only part of a request: `buf`
-    /// is left as it is, except that empty requests before it have been skipped.
+    /// is left as it is, except that empty requests before it have been skipped,
+    /// and that the data of a big bulk still arriving has moved to a buffer of its
+    /// own ([`BIG_ARG`], [`big_buffer`](Self::big_buffer)).
     /// `args` is cleared in every case.
     ///
     /// # Errors
@@ -233,10 +286,11 @@ impl RequestDecoder {
     ) -> Result<bool, ProtocolError> {
         args.clear();
         loop {
-            let parsed = match self.progress.parse(buf, &self.limits) {
+            let parsed = match self.step(buf) {
                 Ok(parsed) => parsed,
                 Err(e) => {
                     self.progress.reset();
+                    self.big = None;
                     return Err(e);
                 }
             };
@@ -248,16 +302,90 @@ impl RequestDecoder {
                     // From a slice iterator, which knows its length: one reserve, no
                     // capacity check a push.
                     args.extend(self.progress.args.iter().map(|r| request.slice(r.clone())));
+                    if self.progress.saw_big {
+                        own_big_args(args, self.big.take());
+                    }
                 }
                 Parsed::Inline { len, args: words } => {
                     buf.advance(len);
-                    args.extend(words.into_iter().map(Bytes::from));
+                    args.extend(words.into_iter().map(|mut word| {
+                        if word.len() >= BIG_ARG {
+                            word.shrink_to_fit();
+                        }
+                        Bytes::from(word)
+                    }));
                 }
             }
             self.progress.reset();
             if !args.is_empty() {
                 return Ok(true);
             }
+        }
+    }
+
+    /// One step of parsing the request at the front of `buf`, with a big
+    /// argument's data gathered apart: the data of one still arriving is taken
+    /// out of `buf` into its own buffer, and the parse goes on after it once it
+    /// is all there.
+    fn step(&mut self, buf: &mut BytesMut) -> Result<Parsed, ProtocolError> {
+        // Until its data is all here and it has taken its place among the
+        // arguments, after which the parse goes on in `buf`.
+        let gathering = |b: &&mut BigArg| b.index == self.progress.args.len();
+        if let Some(big) = self.big.as_mut().filter(gathering) {
+            // Data a caller appended to `buf` instead of `big_buffer`.
+            let at = self.progress.pos;
+            let take = (big.data.capacity() - big.data.len()).min(buf.len() - at);
+            if take > 0 {
+                big.data.extend_from_slice(&buf[at..at + take]);
+                buf.copy_within(at + take.., at);
+                buf.truncate(buf.len() - take);
+            }
+            if big.data.len() < big.len + 2 {
+                return Ok(Parsed::Incomplete);
+            }
+            if big.data[big.len..] != *b"\r\n" {
+                return Err(ProtocolError::new("expected CRLF after bulk data"));
+            }
+            // In place of its data, an empty range where the data would have
+            // been; `decode` puts the gathered bytes there.
+            debug_assert_eq!(big.index, self.progress.args.len());
+            self.progress.args.push(at..at);
+            self.progress.bulk_len = None;
+            self.progress.scanned = at;
+        }
+        let parsed = self.progress.parse(buf, &self.limits)?;
+        if let (Parsed::Incomplete, Some(len), None) = (&parsed, self.progress.bulk_len, &self.big)
+        {
+            if len >= BIG_ARG {
+                // Incomplete, so the data is not all here: what is goes over,
+                // and the rest is read into the new buffer directly.
+                let at = self.progress.pos;
+                let mut data = BytesMut::with_capacity(len + 2);
+                data.extend_from_slice(&buf[at..]);
+                buf.truncate(at);
+                self.big = Some(BigArg {
+                    index: self.progress.args.len(),
+                    len,
+                    data,
+                });
+            }
+        }
+        Ok(parsed)
+    }
+}
+
+/// Gives every argument of [`BIG_ARG`] or more its own allocation (see there):
+/// the gathered one, `big`, in its place, and copies of those that arrived whole,
+/// which are slices of the read buffer.
+#[cold]
+fn own_big_args(args: &mut [Bytes], big: Option<BigArg>) {
+    if let Some(mut big) = big {
+        big.data.truncate(big.len);
+        args[big.index] = big.data.freeze();
+    }
+    for arg in args.iter_mut().filter(|a| a.len() >= BIG_ARG) {
+        if !arg.is_unique() {
+            *arg = Bytes::copy_from_slice(arg);
         }
     }
 }
@@ -322,6 +450,9 @@ struct Progress {
     /// Where each argument read so far lies: in place for a request of a few
     /// arguments (most are), so the decoder allocates nothing for them.
     args: SmallVec<[Range<usize>; INLINE_ARGS]>,
+    /// A bulk of [`BIG_ARG`] bytes or more has been read: the request's arguments
+    /// get the pass that gives such a bulk its own allocation.
+    saw_big: bool,
 }
 
 impl Progress {
@@ -331,6 +462,7 @@ impl Progress {
         self.count = None;
         self.bulk_len = None;
         self.args.clear();
+        self.saw_big = false;
         // One huge request must not pin its argument table for the connection's life.
         if self.args.capacity() > 4 * MAX_PREALLOC {
             self.args.shrink_to_fit();
@@ -513,6 +645,7 @@ impl Progress {
         }
         self.pos = end;
         self.bulk_len = Some(len);
+        self.saw_big |= len >= BIG_ARG;
         Ok(Some(len))
     }
 
@@ -1199,5 +1332,127 @@ mod tests {
         }
         assert_eq!(p(b"12345678901234567x"), None);
         assert_eq!(p(b"1234567890123456789x"), None);
+    }
+
+    /// Feeds `chunks` the way a server does: while the decoder offers a big
+    /// argument's buffer, bytes go there (as much as it has room for), the rest
+    /// to the read buffer. Returns the requests with their arguments as decoded.
+    fn feed_reading_big(chunks: &[&[u8]]) -> Vec<Vec<Bytes>> {
+        let mut decoder = RequestDecoder::new(Limits::default());
+        let (mut buf, mut args, mut out) = (BytesMut::new(), Vec::new(), Vec::new());
+        for &chunk in chunks {
+            let mut rest = chunk;
+            while !rest.is_empty() {
+                match decoder.big_buffer() {
+                    Some(big) => {
+                        let n = rest.len().min(big.capacity() - big.len());
+                        big.extend_from_slice(&rest[..n]);
+                        rest = &rest[n..];
+                    }
+                    None => {
+                        buf.extend_from_slice(rest);
+                        rest = &[];
+                    }
+                }
+                while decoder.decode(&mut buf, &mut args).unwrap() {
+                    out.push(std::mem::take(&mut args));
+                }
+            }
+        }
+        assert!(buf.is_empty() && decoder.big_buffer().is_none());
+        out
+    }
+
+    /// Every argument of `BIG_ARG` bytes or more is the only reference to an
+    /// allocation at most two bytes larger than itself.
+    fn assert_big_args_own_their_bytes(requests: Vec<Vec<Bytes>>) {
+        for arg in requests.into_iter().flatten() {
+            if arg.len() >= BIG_ARG {
+                let len = arg.len();
+                let owned = arg.try_into_mut().expect("a big argument is unique");
+                assert!(
+                    owned.capacity() <= len + 2,
+                    "{} for {len}",
+                    owned.capacity()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn big_arguments_come_in_buffers_of_their_own() {
+        let pattern = |n: usize| (0..n).map(|i| (i % 251) as u8).collect::<Vec<u8>>();
+        let (big1, big2) = (pattern(BIG_ARG), pattern(3 * BIG_ARG + 7));
+        let mut input = Vec::new();
+        for (key, value) in [(&b"k1"[..], &big1), (b"k2", &big2)] {
+            input.extend_from_slice(format!("*5\r\n$3\r\nSET\r\n${}\r\n", key.len()).as_bytes());
+            input.extend_from_slice(key);
+            input.extend_from_slice(format!("\r\n${}\r\n", value.len()).as_bytes());
+            input.extend_from_slice(value);
+            input.extend_from_slice(b"\r\n$2\r\nEX\r\n$2\r\n10\r\n");
+        }
+        input.extend_from_slice(b"*3\r\n$4\r\nMSET\r\n$1\r\na\r\n$");
+        input.extend_from_slice(format!("{}\r\n", big1.len()).as_bytes());
+        input.extend_from_slice(&big1);
+        input.extend_from_slice(b"\r\nPING\r\n");
+        let (want, rest) = one_shot(&input, Limits::default()).unwrap();
+        assert!(rest.is_empty());
+        assert_eq!(want.len(), 4);
+        assert_eq!(want[1][2], big2);
+
+        // Two reads split anywhere near a header, data edge or CRLF, and every
+        // 997th byte between; with the decoder's buffer used and not.
+        let edges: Vec<usize> = input
+            .windows(2)
+            .enumerate()
+            .filter(|(_, w)| w == b"\r\n")
+            .flat_map(|(i, _)| [i.saturating_sub(1), i, i + 1, i + 2, i + 3])
+            .chain((0..input.len()).step_by(997))
+            .filter(|&i| i <= input.len())
+            .collect();
+        for split in edges {
+            let (a, b) = input.split_at(split);
+            let read = feed_reading_big(&[a, b]);
+            let got: Requests = read
+                .iter()
+                .map(|r| r.iter().map(|a| a.to_vec()).collect())
+                .collect();
+            assert_eq!(got, want, "split at {split}, reading into the big buffer");
+            assert_big_args_own_their_bytes(read);
+            assert_eq!(
+                feed(&[a, b], Limits::default()).unwrap().0,
+                want,
+                "split at {split}"
+            );
+        }
+        // Reads of a few bytes, and one whole.
+        let small: Vec<&[u8]> = input.chunks(7).collect();
+        assert_big_args_own_their_bytes(feed_reading_big(&small));
+        assert_eq!(feed(&small, Limits::default()).unwrap().0, want);
+        assert_big_args_own_their_bytes(feed_reading_big(&[&input]));
+    }
+
+    #[test]
+    fn a_big_argument_without_its_crlf_is_refused() {
+        let mut input = format!("*2\r\n$3\r\nSET\r\n${BIG_ARG}\r\n").into_bytes();
+        input.resize(input.len() + BIG_ARG, b'x');
+        input.extend_from_slice(b"\n\r");
+        for split in [20, input.len() - 1] {
+            let (a, b) = input.split_at(split);
+            let e = feed(&[a, b], Limits::default()).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "Protocol error: expected CRLF after bulk data"
+            );
+        }
+        // The decoder is ready for a new connection's bytes after the error.
+        let mut decoder = RequestDecoder::new(Limits::default());
+        let (mut buf, mut args) = (BytesMut::from(&input[..40]), Vec::new());
+        assert!(!decoder.decode(&mut buf, &mut args).unwrap());
+        let (held, room) = decoder.big_buffered();
+        assert!(decoder.big_buffer().is_some() && held > 0 && held + room == BIG_ARG + 2);
+        buf.extend_from_slice(&input[40..]);
+        assert!(decoder.decode(&mut buf, &mut args).is_err());
+        assert!(decoder.big_buffer().is_none() && decoder.big_buffered() == (0, 0));
     }
 }

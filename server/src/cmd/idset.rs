@@ -247,7 +247,8 @@ fn load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             if args.len() != i + 2 {
                 return Err(CmdError::Syntax);
             }
-            break IdSet::from_client(value, ctx.server.config.table_check())?.reserved(reserve);
+            break IdSet::from_client(super::stored(value), ctx.server.config.table_check())?
+                .reserved(reserve);
         } else if eq_ic(opt, "PACKED") {
             if args.len() != i + 2 {
                 return Err(CmdError::Syntax);

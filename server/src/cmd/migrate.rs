@@ -178,7 +178,8 @@ fn value_of(payload: &[u8], how: Check) -> Result<Value, CmdError> {
     let bad = |e: dump::DumpError| CmdError::err(e.to_string());
     Ok(match dump::decode(payload, how).map_err(bad)? {
         dump::Value::Str(s) if relcache_protocol::idset::looks_like_table(&s) => {
-            Value::IdSet(IdSet::from_client(&s, how).map_err(|_| bad(dump::DumpError::BadData))?)
+            let table = Bytes::copy_from_slice(&s);
+            Value::IdSet(IdSet::from_client(table, how).map_err(|_| bad(dump::DumpError::BadData))?)
         }
         dump::Value::Str(Cow::Borrowed(s)) => Value::Str(Bytes::copy_from_slice(s)),
         dump::Value::Str(Cow::Owned(s)) => Value::Str(s.into()),

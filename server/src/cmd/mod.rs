@@ -1044,6 +1044,20 @@ fn run_in<'a, 'v>(
 // Argument parsing shared by the families.
 
 /// Parses a Redis integer argument (`string2ll` rules: no spaces, no `+`, fits i64).
+/// What a command stores of an argument: the argument itself when it is big, which
+/// then owns its allocation (the decoder gives every argument of
+/// [`BIG_ARG`](relcache_protocol::resp::BIG_ARG) or more one of its own, and a
+/// script's arguments are copies), so a 213 KB table or a 400 MB string is not
+/// copied again; a copy of a smaller one, which is a slice of the read buffer
+/// and must not pin it.
+pub(crate) fn stored(arg: &Bytes) -> Bytes {
+    if arg.len() >= relcache_protocol::resp::BIG_ARG {
+        arg.clone()
+    } else {
+        Bytes::copy_from_slice(arg)
+    }
+}
+
 pub fn parse_i64(arg: &[u8]) -> Result<i64, CmdError> {
     parse_i64_opt(arg).ok_or(CmdError::NotInteger)
 }

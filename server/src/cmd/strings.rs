@@ -387,14 +387,17 @@ fn take_string(entry: &mut Entry) -> Result<BytesMut, CmdError> {
     }))
 }
 
-/// The value a whole-value write stores: a copy of the argument, or an idset when
-/// it is meant as a table (checked here, before any lock is taken).
-fn value_from_client(ctx: &Ctx<'_, '_>, arg: &[u8]) -> Result<Value, CmdError> {
+/// The value a whole-value write stores: the argument ([`super::stored`]), or an
+/// idset when it is meant as a table (checked here, before any lock is taken).
+fn value_from_client(ctx: &Ctx<'_, '_>, arg: &Bytes) -> Result<Value, CmdError> {
     if relcache_protocol::idset::looks_like_table(arg) {
         let how = ctx.server.config.table_check();
-        return Ok(Value::IdSet(crate::db::IdSet::from_client(arg, how)?));
+        return Ok(Value::IdSet(crate::db::IdSet::from_client(
+            super::stored(arg),
+            how,
+        )?));
     }
-    Ok(Value::Str(Bytes::copy_from_slice(arg)))
+    Ok(Value::Str(super::stored(arg)))
 }
 
 /// Values up to this size are copied into the reply rather than shared.

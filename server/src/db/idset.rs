@@ -152,16 +152,17 @@ impl IdSet {
     }
 
     /// A set from a table a client sent (`SET`, `IDSET.LOAD … TABLE`, a `RESTORE`d
-    /// string), checked as deeply as `how` says (`idset-table-check`) and copied: the
-    /// argument is a slice of the connection's read buffer, which a stored value must
-    /// not pin. Call it before taking a lock — the check is O(capacity).
+    /// string), checked as deeply as `how` says (`idset-table-check`) and kept as
+    /// it is: `table` must be bytes a stored value may hold, not a slice that pins
+    /// a larger buffer ([`crate::cmd::stored`] makes them from an argument). Call
+    /// it before taking a lock — the check is O(capacity).
     ///
     /// # Errors
     ///
     /// [`Error::InvalidTable`], saying what is wrong with the bytes.
-    pub fn from_client(blob: &[u8], how: Check) -> Result<IdSet, Error> {
-        check(blob, how)?;
-        Ok(IdSet::from_valid(Bytes::copy_from_slice(blob)))
+    pub fn from_client(table: Bytes, how: Check) -> Result<IdSet, Error> {
+        check(&table, how)?;
+        Ok(IdSet::from_valid(table))
     }
 
     /// A new set of `ids` with room for `reserve` more ids to be added in place.
