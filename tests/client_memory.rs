@@ -325,6 +325,26 @@ fn wait_qbuf(con: &mut redis::Connection, id: u64, bytes: u64) {
     }
 }
 
+/// A bulk header alone, 40 bytes announcing 500 MB, makes the server set aside
+/// about a megabyte, not 500 MB (which it would count as used memory): the big
+/// argument's own buffer grows as its data arrives.
+#[test]
+fn a_header_alone_reserves_no_more_than_a_megabyte() {
+    let srv = TestServer::start();
+    let mut con = srv.conn();
+    let before = used_memory(&mut con);
+    let mut slow = srv.raw();
+    let id = raw_id(&mut slow);
+    slow.write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$500000000\r\nab")
+        .unwrap();
+    wait_qbuf(&mut con, id, 2);
+    let grown = used_memory(&mut con).saturating_sub(before);
+    assert!(grown < 4 * 1024 * 1024, "{grown} bytes for a 500 MB header");
+    let free = client_num(&mut con, id, "qbuf-free");
+    // The megabyte ahead, and the rest of the 16 KB read buffer.
+    assert!(free <= 1024 * 1024 + 16 * 1024, "qbuf-free {free}");
+}
+
 #[test]
 fn a_request_still_arriving_evicts_nothing_under_maxmemory() {
     let srv = TestServer::start_with(&["--maxmemory", "64mb"]);

@@ -129,10 +129,11 @@ fn large_values_survive_intact() {
     );
 }
 
-/// A value of 32 KB or more is stored as the buffer it arrived in (its own, the
-/// decoder's): pipelined or one at a time, with options after it, inside MULTI,
-/// written to in place afterwards, each value stays its own bytes, and the memory
-/// used is the values', not the read buffers' they came through.
+/// A value of 32 KB or more is stored as the buffer the decoder gave it (the
+/// decoder's own tests show that buffer is the argument's alone): pipelined or
+/// one at a time, with options after it, inside MULTI, written to in place
+/// afterwards, each value stays its own bytes, and the memory used is the
+/// values', not that of read buffers they could have been slices of.
 #[test]
 fn big_arguments_are_stored_as_they_arrived() {
     let s = TestServer::start();

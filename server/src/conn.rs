@@ -504,7 +504,9 @@ fn try_read(
     decoder: &mut RequestDecoder,
 ) -> io::Result<usize> {
     if let Some(big) = decoder.big_buffer() {
-        let n = read_into(stream, big)?;
+        let n = recv_spare(stream, big.spare_capacity_mut())?;
+        // SAFETY: `recv_spare` initialised the first `n` bytes of the spare capacity.
+        unsafe { big.set_len(big.len() + n) };
         server.stats.total_net_input_bytes.add(n as u64);
         return Ok(n);
     }
@@ -543,7 +545,15 @@ fn try_read(
 /// before, by the syscall tracepoints). Data arriving meanwhile is not lost: epoll
 /// reports it, and the runtime sets the readiness again.
 fn read_into(stream: &TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
-    let spare = buf.spare_capacity_mut();
+    let n = recv_spare(stream, buf.spare_capacity_mut())?;
+    // SAFETY: `recv_spare` initialised the first `n` bytes of the spare capacity.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok(n)
+}
+
+/// One `recv` into `spare`, as [`read_into`] describes; returns how many of its
+/// bytes it initialised (0 when the closure did not run or `recv` failed).
+fn recv_spare(stream: &TcpStream, spare: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<usize> {
     let room = spare.len();
     let mut n = 0;
     let read = stream.try_io(Interest::READABLE, || {
@@ -554,10 +564,6 @@ fn read_into(stream: &TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
             Ok(())
         }
     });
-    // SAFETY: `n` is what a successful `recv` into the spare capacity returned (at
-    // most its length, and those bytes initialised); it stays 0 when the closure
-    // did not run or `recv` failed.
-    unsafe { buf.set_len(buf.len() + n) };
     match read {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock && n > 0 => Ok(n),
         r => r.map(|()| n),

@@ -97,7 +97,8 @@ impl Client {
             return Vec::new();
         }
         self.rbuf.extend_from_slice(input);
-        if self.rbuf.len() as u64 > self.server.config.client_query_buffer_limit.load(Relaxed) {
+        let unparsed = self.rbuf.len() + self.decoder.big_buffered().0;
+        if unparsed as u64 > self.server.config.client_query_buffer_limit.load(Relaxed) {
             self.closed = true;
             return Vec::new();
         }

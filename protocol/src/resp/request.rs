@@ -155,7 +155,33 @@ struct BigArg {
     index: usize,
     /// Its length, CRLF excluded.
     len: usize,
-    data: BytesMut,
+    /// A Vec rather than a BytesMut for an exact size: BytesMut's reserve rounds up.
+    data: Vec<u8>,
+}
+
+/// How far a big argument's buffer is allocated ahead of the bytes that have
+/// arrived, at most (or as far again as have arrived, when that is more): a
+/// header alone, 40 bytes announcing 500 MB, must not take 500 MB, which a
+/// server counts as used memory before it knows whose it is.
+const BIG_ARG_AHEAD: usize = 1024 * 1024;
+
+impl BigArg {
+    /// Its data and CRLF still to come.
+    fn missing(&self) -> usize {
+        self.len + 2 - self.data.len()
+    }
+
+    /// Room for at least `n` more bytes (not past the end of the data and its
+    /// CRLF), growing the buffer geometrically from what has arrived; the last
+    /// growth ends exactly there, so the buffer is `len + 2` bytes once full.
+    fn make_room(&mut self, n: usize) {
+        let (have, room) = (self.data.len(), self.data.capacity() - self.data.len());
+        let n = n.min(self.missing());
+        if room < n {
+            let target = have + n.max(have.max(BIG_ARG_AHEAD)).min(self.missing());
+            self.data.reserve_exact(target - have);
+        }
+    }
 }
 
 impl RequestDecoder {
@@ -197,14 +223,14 @@ impl RequestDecoder {
 
     /// Where the next bytes from the client belong while a big argument's data
     /// is being gathered (see [`BIG_ARG`]): a buffer whose spare capacity is
-    /// exactly the rest of that data and its CRLF, so a read into it takes
-    /// nothing of what follows. Reading there instead of into the read buffer
+    /// at most the rest of that data and its CRLF, so a read into it takes
+    /// nothing of what follows (and at most a megabyte, or as much as has
+    /// arrived, ahead of the bytes). Reading there instead of into the read buffer
     /// saves copying them over; a caller that does not is served all the same.
-    pub fn big_buffer(&mut self) -> Option<&mut BytesMut> {
-        self.big
-            .as_mut()
-            .map(|b| &mut b.data)
-            .filter(|data| data.len() < data.capacity())
+    pub fn big_buffer(&mut self) -> Option<&mut Vec<u8>> {
+        let big = self.big.as_mut().filter(|b| b.missing() > 0)?;
+        big.make_room(1);
+        Some(&mut big.data)
     }
 
     /// How many arguments of the request under way have been read.
@@ -334,8 +360,9 @@ impl RequestDecoder {
         if let Some(big) = self.big.as_mut().filter(gathering) {
             // Data a caller appended to `buf` instead of `big_buffer`.
             let at = self.progress.pos;
-            let take = (big.data.capacity() - big.data.len()).min(buf.len() - at);
+            let take = big.missing().min(buf.len() - at);
             if take > 0 {
+                big.make_room(take);
                 big.data.extend_from_slice(&buf[at..at + take]);
                 buf.copy_within(at + take.., at);
                 buf.truncate(buf.len() - take);
@@ -360,14 +387,15 @@ impl RequestDecoder {
                 // Incomplete, so the data is not all here: what is goes over,
                 // and the rest is read into the new buffer directly.
                 let at = self.progress.pos;
-                let mut data = BytesMut::with_capacity(len + 2);
-                data.extend_from_slice(&buf[at..]);
-                buf.truncate(at);
-                self.big = Some(BigArg {
+                let mut big = BigArg {
                     index: self.progress.args.len(),
                     len,
-                    data,
-                });
+                    data: Vec::new(),
+                };
+                big.make_room(buf.len() - at);
+                big.data.extend_from_slice(&buf[at..]);
+                buf.truncate(at);
+                self.big = Some(big);
             }
         }
         Ok(parsed)
@@ -381,7 +409,7 @@ impl RequestDecoder {
 fn own_big_args(args: &mut [Bytes], big: Option<BigArg>) {
     if let Some(mut big) = big {
         big.data.truncate(big.len);
-        args[big.index] = big.data.freeze();
+        args[big.index] = Bytes::from(big.data);
     }
     for arg in args.iter_mut().filter(|a| a.len() >= BIG_ARG) {
         if !arg.is_unique() {
@@ -1391,14 +1419,19 @@ mod tests {
             input.extend_from_slice(value);
             input.extend_from_slice(b"\r\n$2\r\nEX\r\n$2\r\n10\r\n");
         }
-        input.extend_from_slice(b"*3\r\n$4\r\nMSET\r\n$1\r\na\r\n$");
+        // Two big bulks in one request: the second is read into the read buffer
+        // and copied out of it.
+        input.extend_from_slice(b"*5\r\n$4\r\nMSET\r\n$1\r\na\r\n$");
         input.extend_from_slice(format!("{}\r\n", big1.len()).as_bytes());
         input.extend_from_slice(&big1);
+        input.extend_from_slice(format!("\r\n$1\r\nb\r\n${}\r\n", big2.len()).as_bytes());
+        input.extend_from_slice(&big2);
         input.extend_from_slice(b"\r\nPING\r\n");
         let (want, rest) = one_shot(&input, Limits::default()).unwrap();
         assert!(rest.is_empty());
         assert_eq!(want.len(), 4);
         assert_eq!(want[1][2], big2);
+        assert_eq!((&want[2][2], &want[2][4]), (&big1, &big2));
 
         // Two reads split anywhere near a header, data edge or CRLF, and every
         // 997th byte between; with the decoder's buffer used and not.
@@ -1432,12 +1465,42 @@ mod tests {
         assert_big_args_own_their_bytes(feed_reading_big(&[&input]));
     }
 
+    /// A header announcing 500 MB takes a megabyte of buffer, not 500 MB; the
+    /// buffer grows as the data comes, geometrically, and ends at its size.
+    #[test]
+    fn a_big_argument_is_allocated_as_its_data_arrives() {
+        let mut decoder = RequestDecoder::new(Limits::default());
+        let (mut buf, mut args) = (
+            BytesMut::from(&b"*2\r\n$3\r\nSET\r\n$500000000\r\nab"[..]),
+            Vec::new(),
+        );
+        assert!(!decoder.decode(&mut buf, &mut args).unwrap());
+        assert_eq!(decoder.big_buffered(), (2, BIG_ARG_AHEAD - 2));
+        let len = 3 * BIG_ARG_AHEAD + 12_345;
+        let mut decoder = RequestDecoder::new(Limits::default());
+        let mut buf = BytesMut::from(format!("*1\r\n${len}\r\n").as_bytes());
+        assert!(!decoder.decode(&mut buf, &mut args).unwrap());
+        let mut grown = Vec::new();
+        while let Some(big) = decoder.big_buffer() {
+            grown.push(big.capacity());
+            let n = (big.capacity() - big.len()).min(100_000);
+            big.extend_from_slice(&vec![b'x'; n]);
+        }
+        grown.dedup();
+        assert_eq!(grown, [BIG_ARG_AHEAD, 2 * BIG_ARG_AHEAD, len + 2]);
+        buf.extend_from_slice(b"PING\r\n");
+        assert!(
+            decoder.decode(&mut buf, &mut args).is_err(),
+            "x where the CRLF goes"
+        );
+    }
+
     #[test]
     fn a_big_argument_without_its_crlf_is_refused() {
         let mut input = format!("*2\r\n$3\r\nSET\r\n${BIG_ARG}\r\n").into_bytes();
         input.resize(input.len() + BIG_ARG, b'x');
         input.extend_from_slice(b"\n\r");
-        for split in [20, input.len() - 1] {
+        for split in [40, input.len() - 1] {
             let (a, b) = input.split_at(split);
             let e = feed(&[a, b], Limits::default()).unwrap_err();
             assert_eq!(
