@@ -146,8 +146,8 @@ pub struct RequestDecoder {
 }
 
 /// A bulk of at least [`BIG_ARG`] bytes whose header was read before its data had
-/// all arrived: its data, then its CRLF, are gathered in `data`, allocated for
-/// exactly that. In the read buffer the argument takes no bytes: the parse goes on
+/// all arrived: its data, then its CRLF, are gathered in `data`, which grows with
+/// them to exactly that size. In the read buffer the argument takes no bytes: the parse goes on
 /// after it at `Progress::pos`, where its data would have started.
 #[derive(Debug)]
 struct BigArg {
