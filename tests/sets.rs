@@ -469,6 +469,10 @@ fn reply_shapes_in_resp2_and_resp3() {
     raw.expect(&["SDIFF", "two", "one"], b"~1\r\n$1\r\n6\r\n");
     raw.expect(&["SMISMEMBER", "two", "6", "7"], b"*2\r\n:1\r\n:0\r\n");
     raw.expect(&["SMISMEMBER", "missing", "6"], b"*1\r\n:0\r\n");
+    // Inside a transaction's reply too (an aggregate nested in EXEC's).
+    raw.expect(&["MULTI"], b"+OK\r\n");
+    raw.expect(&["SMISMEMBER", "two", "7", "6"], b"+QUEUED\r\n");
+    raw.expect(&["EXEC"], b"*1\r\n*2\r\n:0\r\n:1\r\n");
     raw.expect(&["SISMEMBER", "missing", "6"], b":0\r\n");
     raw.expect(
         &["SSCAN", "one", "0"],

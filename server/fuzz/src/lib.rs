@@ -110,6 +110,7 @@ pub fn norm(f: Frame) -> Frame {
         Frame::Array(v) | Frame::Set(v) | Frame::Push(v) => {
             Frame::Array(v.into_iter().map(norm).collect())
         }
+        Frame::Integers(v) => Frame::Array(v.into_iter().map(Frame::Integer).collect()),
         Frame::Map(pairs) => Frame::Array(
             pairs
                 .into_iter()

@@ -315,9 +315,9 @@ fn mexists(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         return Ok(Frame::NullArray);
     };
     let table = e.value().as_idset()?.table();
-    Ok(Frame::Array(
+    Ok(Frame::Integers(
         ids.iter()
-            .map(|&id| Frame::Integer(table.contains(id) as i64))
+            .map(|&id| i64::from(table.contains(id)))
             .collect(),
     ))
 }

@@ -483,6 +483,7 @@ fn is_big(reply: &Frame) -> bool {
     const MANY: usize = 16 * 1024;
     match reply {
         Frame::Array(v) | Frame::Set(v) | Frame::Push(v) => v.len() > MANY,
+        Frame::Integers(v) => v.len() > MANY,
         Frame::Map(v) => v.len() > MANY / 2,
         _ => false,
     }

@@ -331,19 +331,17 @@ fn smismember(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         heap = members.iter().map(|a| parse_id_opt(a)).collect();
         &heap
     };
-    let mut out = Vec::with_capacity(ids.len());
     let v = ctx.view();
-    match v.get(&args[1]) {
-        None => out.resize(ids.len(), Frame::Integer(0)),
+    let out = match v.get(&args[1]) {
+        None => vec![0; ids.len()],
         Some(e) => {
             let table = e.value().as_idset()?.table();
-            out.extend(
-                ids.iter()
-                    .map(|&id| Frame::Integer(i64::from(id.is_some_and(|id| table.contains(id))))),
-            );
+            ids.iter()
+                .map(|&id| i64::from(id.is_some_and(|id| table.contains(id))))
+                .collect()
         }
-    }
-    Ok(Frame::Array(out))
+    };
+    Ok(Frame::Integers(out))
 }
 
 fn scard(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {

@@ -27,6 +27,13 @@ pub fn frame_to_lua(lua: &Lua, frame: Frame, resp: Resp) -> mlua::Result<Value> 
         Frame::Null | Frame::NullArray if resp3 => Value::Nil,
         Frame::Null | Frame::NullArray => Value::Boolean(false),
         Frame::Array(items) | Frame::Push(items) => array(lua, items, resp)?,
+        Frame::Integers(items) => {
+            let t = lua.create_table_with_capacity(items.len(), 0)?;
+            for (i, n) in items.into_iter().enumerate() {
+                t.raw_set(i + 1, n as mlua::Integer)?;
+            }
+            Value::Table(t)
+        }
         Frame::Set(items) if resp3 => {
             let set = lua.create_table()?;
             for item in items {
