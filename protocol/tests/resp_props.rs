@@ -206,6 +206,22 @@ proptest! {
         prop_assert_eq!(parsed, Some((frame, wire.len())));
     }
 
+    /// A flat array of integers is, on the wire, the array of `Integer` frames it
+    /// stands for, and parses back as that.
+    #[test]
+    fn flat_integers_encode_as_an_array_of_integers(
+        // Runs of one-digit values take the encoder's grouped path.
+        values in prop_oneof![vec(0i64..=9, 0..300), vec(integer(), 0..300)]
+    ) {
+        let array = Frame::Array(values.iter().copied().map(Frame::Integer).collect());
+        for proto in [Protocol::Resp2, Protocol::Resp3] {
+            let wire = Frame::Integers(values.clone()).to_bytes(proto);
+            prop_assert_eq!(&wire, &array.to_bytes(proto));
+            let parsed = parse_frame(&wire, &Limits::default()).unwrap();
+            prop_assert_eq!(parsed, Some((array.clone(), wire.len())));
+        }
+    }
+
     #[test]
     fn resp2_frames_round_trip(frame in resp2_frame()) {
         let wire = frame.to_bytes(Protocol::Resp2);

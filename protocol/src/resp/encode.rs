@@ -79,10 +79,10 @@ fn format_double(buf: &mut ryu::Buffer, d: f64) -> &str {
 
 fn aggregate(out: &mut BytesMut, kind: u8, items: &[Frame], proto: Protocol) {
     header(out, kind, items.len());
-    // Room for the smallest elements at once, and those written in place: an
-    // array of 0/1 flags (SMISMEMBER's hundred) is then a four-byte copy an
-    // element, not a call and a capacity check (callgrind: 56 → 21 instructions an
-    // element).
+    // Room for the smallest elements at once, and those written in place: a 0/1
+    // flag among other frames (WHICH's, EXEC's) is then a four-byte copy, not a
+    // call and a capacity check (callgrind: 56 → 21 instructions an element).
+    // Replies made only of integers are `Frame::Integers`, below.
     out.reserve(items.len() * 4);
     for item in items {
         match *item {
@@ -125,8 +125,8 @@ fn header(out: &mut BytesMut, kind: u8, len: usize) {
 
 /// Appends `:n\r\n`.
 pub fn write_integer(out: &mut BytesMut, n: i64) {
-    // 0 and 1 flags and small counts are most integer replies (SMISMEMBER answers a
-    // hundred at a time): one four-byte write.
+    // 0 and 1 flags and small counts are most integer replies: one four-byte
+    // write.
     if (0..10).contains(&n) {
         out.put_slice(&[b':', b'0' + n as u8, b'\r', b'\n']);
         return;
