@@ -632,6 +632,44 @@ fn info_num(con: &mut Raw, name: &str) -> u64 {
     harness::info_value(&text(&con.call(&["INFO"])), name)
 }
 
+/// `timeout` closes a client that has sent nothing for that long, and only it;
+/// CLIENT LIST's `idle` counts the seconds since a client's last input.
+#[test]
+fn idle_timeout_closes_only_idle_clients() {
+    use std::time::{Duration, Instant};
+    let srv = TestServer::start();
+    let mut busy = Raw::new(&srv);
+    assert_eq!(busy.wire(&["CONFIG", "SET", "timeout", "3"]), "+OK\r\n");
+    let mut idle = Raw::new(&srv);
+    let idle_id = int(&idle.call(&["CLIENT", "ID"])).to_string();
+    let busy_id = int(&busy.call(&["CLIENT", "ID"])).to_string();
+    let started = Instant::now();
+    let keep_busy = |busy: &mut Raw, until: Duration| {
+        while started.elapsed() < until {
+            assert_eq!(busy.wire(&["PING"]), "+PONG\r\n");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    keep_busy(&mut busy, Duration::from_millis(1_500));
+    let list = text(&busy.call(&["CLIENT", "LIST"]));
+    let line_of = |id: &str| {
+        list.lines()
+            .find(|l| client_field(l, "id") == id)
+            .unwrap_or_else(|| panic!("client {id} not in {list}"))
+            .to_string()
+    };
+    let idle_secs: u64 = client_field(&line_of(&idle_id), "idle").parse().unwrap();
+    assert!(
+        (1..3).contains(&idle_secs),
+        "idle for about 1.5 s, shown as {idle_secs}"
+    );
+    assert_eq!(client_field(&line_of(&busy_id), "idle"), "0");
+    keep_busy(&mut busy, Duration::from_millis(4_500));
+    assert!(idle.closed(), "idle past the timeout: closed");
+    assert_eq!(busy.wire(&["PING"]), "+PONG\r\n", "busy all along: open");
+    assert_eq!(busy.wire(&["CONFIG", "SET", "timeout", "0"]), "+OK\r\n");
+}
+
 #[test]
 fn client_kill_maxage_keeps_younger_connections() {
     let srv = TestServer::start();

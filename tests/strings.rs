@@ -210,6 +210,19 @@ fn long_replies_are_exact_and_unchanged_by_later_writes() {
     let big: Vec<u8> = (0..3 * 1024 * 1024).map(|i| (i * 31 % 251) as u8).collect();
     assert_eq!(run(&mut con, &[b"SET", b"big", &big]), Ok(Value::Okay));
     ok(&mut con, &["SET", "small", "v"]);
+    // Either side of the size up to which a GET copies its value straight into
+    // the output, and the empty string.
+    let (at_edge, past_edge) = (vec![b'e'; 512], vec![b'p'; 513]);
+    assert_eq!(
+        run(&mut con, &[b"SET", b"at-edge", &at_edge]),
+        Ok(Value::Okay)
+    );
+    assert_eq!(
+        run(&mut con, &[b"SET", b"past-edge", &past_edge]),
+        Ok(Value::Okay)
+    );
+    ok(&mut con, &["SET", "empty", ""]);
+    assert_eq!(int(&mut con, &["SADD", "aset", "1"]), 1);
     let bulk_of = |v: &[u8]| {
         let mut out = format!("${}\r\n", v.len()).into_bytes();
         out.extend_from_slice(v);
@@ -227,6 +240,11 @@ fn long_replies_are_exact_and_unchanged_by_later_writes() {
     let mut expected = Vec::new();
     for (args, reply) in [
         (&[&b"GET"[..], b"small"][..], bulk_of(b"v")),
+        (&[b"GET", b"at-edge"], bulk_of(&at_edge)),
+        (&[b"GET", b"past-edge"], bulk_of(&past_edge)),
+        (&[b"GET", b"empty"], bulk_of(b"")),
+        (&[b"GET", b"missing"], b"$-1\r\n".to_vec()),
+        (&[b"GET", b"aset"], format!("-{WRONGTYPE}\r\n").into_bytes()),
         (&[b"GET", b"big"], bulk_of(&big)),
         (&[b"GET", b"big"], bulk_of(&big)),
         (
@@ -240,10 +258,17 @@ fn long_replies_are_exact_and_unchanged_by_later_writes() {
         ),
         (&[b"MULTI"], b"+OK\r\n".to_vec()),
         (&[b"GET", b"big"], b"+QUEUED\r\n".to_vec()),
+        (&[b"GET", b"small"], b"+QUEUED\r\n".to_vec()),
         (&[b"DEL", b"big"], b"+QUEUED\r\n".to_vec()),
         (
             &[b"EXEC"],
-            [&b"*2\r\n"[..], &bulk_of(&changed), b":1\r\n"].concat(),
+            [
+                &b"*3\r\n"[..],
+                &bulk_of(&changed),
+                &bulk_of(b"v"),
+                b":1\r\n",
+            ]
+            .concat(),
         ),
         (&[b"GET", b"big"], b"$-1\r\n".to_vec()),
         (&[b"PING"], b"+PONG\r\n".to_vec()),

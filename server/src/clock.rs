@@ -42,6 +42,15 @@ impl Stamp {
         let c = counter();
         c.delta_as_nanos(self.0, c.raw())
     }
+
+    /// The raw counter reading, to keep in an atomic ([`Stamp::from_ticks`]).
+    pub fn ticks(self) -> u64 {
+        self.0
+    }
+
+    pub fn from_ticks(ticks: u64) -> Stamp {
+        Stamp(ticks)
+    }
 }
 
 /// A thread's anchor: the wall time and counter reading it pairs, and the last

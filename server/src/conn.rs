@@ -35,6 +35,7 @@ use tokio::time::Instant;
 
 use crate::blocking::{self, Parked};
 use crate::client_memory::{self, Footprint};
+use crate::clock::Stamp;
 use crate::cmd::{self, Flow};
 use crate::config::OutputLimit;
 use crate::observe::monitor;
@@ -124,7 +125,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
     // Reads and writes both count, as Redis's `lastinteraction` does: a client
     // that has just been answered (a parked command that ran at last, say) is not
     // idle.
-    let mut last_interaction = Instant::now();
+    let mut last_interaction = Stamp::now();
     // Whether this pass's requests came with the read just made: its time then
     // stands for the write's too (the clock is read once per round trip).
     let mut read_since_write = false;
@@ -260,7 +261,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                 Err(e) => return Closed::Io(e),
             }
             if !read_since_write {
-                last_interaction = Instant::now();
+                last_interaction = Stamp::now();
             }
         }
         read_since_write = false;
@@ -285,8 +286,10 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
         // 3. Wait for input, for the socket to drain, or for a reason to stop.
         // A blocked client is not idle: Redis exempts it from `timeout` too.
         let timeout = config.timeout.load(Relaxed);
-        let idle_deadline = (timeout > 0 && parked.is_none())
-            .then(|| last_interaction + Duration::from_secs(timeout));
+        let idle_deadline = (timeout > 0 && parked.is_none()).then(|| {
+            let idle = Duration::from_nanos(last_interaction.elapsed_ns());
+            Instant::now() + Duration::from_secs(timeout).saturating_sub(idle)
+        });
         let soft_seconds = output_limit(server, session).soft_seconds;
         let soft_deadline = over_soft_since.map(|t| t + Duration::from_secs(soft_seconds));
         let recheck = parked.as_ref().map(|p| Instant::from_std(p.recheck_at()));
@@ -336,13 +339,9 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
                 match try_read(server, stream, &mut rbuf, &mut decoder) {
                     Ok(0) => return Closed::Normal,
                     Ok(_) => {
-                        last_interaction = Instant::now();
+                        last_interaction = Stamp::now();
                         read_since_write = true;
-                        let active = last_interaction
-                            .into_std()
-                            .saturating_duration_since(info.created);
-                        info.last_active_ms
-                            .store(active.as_millis() as u64, Relaxed);
+                        info.last_active.store(last_interaction.ticks(), Relaxed);
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) => return Closed::Io(e),

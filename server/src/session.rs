@@ -24,8 +24,10 @@ pub struct ClientInfo {
     pub name: Mutex<Option<Bytes>>,
     pub lib_name: Mutex<Option<Bytes>>,
     pub lib_ver: Mutex<Option<Bytes>>,
-    /// Milliseconds since `created` of the last input (updated once per batch).
-    pub last_active_ms: AtomicU64,
+    /// When it last sent input, as [`crate::clock::Stamp`] ticks (updated once per
+    /// read): a counter read, where an `Instant` is a serialising clock read on
+    /// every round trip.
+    pub last_active: AtomicU64,
     /// The last command's id in `cmd::registry().all` (`usize::MAX` before the
     /// first): an atomic, because it is written on every command.
     pub last_cmd: AtomicUsize,
@@ -75,8 +77,7 @@ impl ClientInfo {
     }
 
     pub fn idle_secs(&self) -> u64 {
-        let now = self.created.elapsed().as_millis() as u64;
-        now.saturating_sub(self.last_active_ms.load(Relaxed)) / 1000
+        crate::clock::Stamp::from_ticks(self.last_active.load(Relaxed)).elapsed_ns() / 1_000_000_000
     }
 
     /// One CLIENT LIST / CLIENT INFO line (without the trailing newline), with the
@@ -196,7 +197,7 @@ impl Clients {
             name: Mutex::new(None),
             lib_name: Mutex::new(None),
             lib_ver: Mutex::new(None),
-            last_active_ms: AtomicU64::new(0),
+            last_active: AtomicU64::new(crate::clock::Stamp::now().ticks()),
             last_cmd: AtomicUsize::new(usize::MAX),
             proto: AtomicU8::new(2),
             multi: AtomicU64::new(u64::MAX),

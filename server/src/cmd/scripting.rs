@@ -373,6 +373,7 @@ fn call<'a>(
         Outcome::Close(frame) => frame.unwrap_or(Frame::Null),
         // Nothing parks under a held view: lease commands answer busy instead.
         Outcome::Park(_) => Frame::Null,
+        Outcome::Written => unreachable!("a script's command has no output to write into"),
     }
 }
 

@@ -426,9 +426,18 @@ fn int_bytes(n: i64) -> Bytes {
 // GET / SET and variants
 
 fn get(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    match ctx.view().get(&args[1]) {
-        Some(e) => get_reply(e),
-        None => Ok(Frame::Null),
+    let (view, output) = ctx.view_and_output();
+    let Some(e) = view.get(&args[1]) else {
+        return Ok(Frame::Null);
+    };
+    match output {
+        // A small string is copied once, into the client's output.
+        Some(out) if e.value().as_str()?.len() <= COPY_REPLY_MAX => {
+            relcache_protocol::resp::write_bulk(out, e.value().as_str()?);
+            ctx.replied();
+            Ok(Frame::Null)
+        }
+        _ => get_reply(e),
     }
 }
 

@@ -277,6 +277,7 @@ fn exec(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
             // Nothing waits inside a transaction (it holds its locks): a lease
             // command answers busy instead.
             Outcome::Park(_) => unreachable!("a queued command parked"),
+            Outcome::Written => unreachable!("a queued command has no output to write into"),
         };
         crate::observe::error_reply(server, &reply);
         replies.push(reply);
