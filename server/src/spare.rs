@@ -31,7 +31,14 @@ struct Spare {
 }
 
 thread_local! {
-    static SPARE: RefCell<Spare> = RefCell::new(Spare::default());
+    // Initialised in place (`const`): no lazy-initialisation check on each of
+    // the several takes and gives of a round trip.
+    static SPARE: RefCell<Spare> = const {
+        RefCell::new(Spare {
+            bytes: Vec::new(),
+            args: Vec::new(),
+        })
+    };
 }
 
 /// An empty buffer of [`KEEP_BYTES`]: a spare one when this thread has it.
