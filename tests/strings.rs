@@ -301,6 +301,45 @@ fn long_replies_are_exact_and_unchanged_by_later_writes() {
     roundtrip(&mut st, &resp_cmd(&[b"GET", b"big"]), &bulk_of(&big));
 }
 
+/// Every SET form's reply, pipelined, byte for byte as Redis sends them: a plain
+/// SET's `+OK` is written straight into the output, the others are returned as
+/// replies, and both kinds stay in order; inside EXEC each is an element.
+#[test]
+fn set_replies_in_order_whichever_way_they_are_written() {
+    let s = TestServer::start();
+    let mut st = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    st.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req = Vec::new();
+    let mut expected = Vec::new();
+    for (args, reply) in [
+        (&[&b"SET"[..], b"k", b"v1"][..], &b"+OK\r\n"[..]),
+        (&[b"SET", b"k", b"v2", b"NX"], b"$-1\r\n"),
+        (&[b"SET", b"k", b"v3", b"XX"], b"+OK\r\n"),
+        (&[b"SET", b"k", b"v4", b"GET"], b"$2\r\nv3\r\n"),
+        (&[b"SET", b"other", b"x", b"XX"], b"$-1\r\n"),
+        (&[b"SETNX", b"k", b"v5"], b":0\r\n"),
+        (&[b"SET", b"k", b"v6", b"EX", b"100"], b"+OK\r\n"),
+        (
+            &[b"SET", b"k", b"v7", b"EX", b"0"],
+            b"-ERR invalid expire time in 'set' command\r\n",
+        ),
+        (&[b"MULTI"], b"+OK\r\n"),
+        (&[b"SET", b"k", b"v8"], b"+QUEUED\r\n"),
+        (&[b"SET", b"k", b"v9", b"GET"], b"+QUEUED\r\n"),
+        (&[b"EXEC"], b"*2\r\n+OK\r\n$2\r\nv8\r\n"),
+        (&[b"GET", b"k"], b"$2\r\nv9\r\n"),
+    ] {
+        req.extend(resp_cmd(args));
+        expected.extend_from_slice(reply);
+    }
+    std::io::Write::write_all(&mut st, &req).unwrap();
+    let got = harness::read_n(&mut st, expected.len());
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(&expected)
+    );
+}
+
 #[test]
 fn set_nx_and_xx() {
     let s = TestServer::start();

@@ -362,6 +362,12 @@ impl<'a, 'v> Ctx<'a, 'v> {
         (view, self.output.as_deref_mut())
     }
 
+    /// The client's output, when a reply may be written into it directly: see
+    /// [`view_and_output`](Self::view_and_output).
+    pub fn output(&mut self) -> Option<&mut BytesMut> {
+        self.output.as_deref_mut()
+    }
+
     /// Says the reply is already in the output ([`view_and_output`](Self::view_and_output)):
     /// the `Frame` the handler returns is dropped.
     pub fn replied(&mut self) {
