@@ -632,8 +632,9 @@ fn info_num(con: &mut Raw, name: &str) -> u64 {
     harness::info_value(&text(&con.call(&["INFO"])), name)
 }
 
-/// `timeout` closes a client that has sent nothing for that long, and only it;
-/// CLIENT LIST's `idle` counts the seconds since a client's last input.
+/// `timeout` closes a client that has sent nothing for that long, and only it: a
+/// subscriber and a MONITOR wait for the server, not it for them, and stay, as in
+/// Redis. CLIENT LIST's `idle` counts the seconds since a client's last input.
 #[test]
 fn idle_timeout_closes_only_idle_clients() {
     use std::time::{Duration, Instant};
@@ -642,6 +643,10 @@ fn idle_timeout_closes_only_idle_clients() {
     assert_eq!(busy.wire(&["CONFIG", "SET", "timeout", "3"]), "+OK\r\n");
     let mut idle = Raw::new(&srv);
     let idle_id = int(&idle.call(&["CLIENT", "ID"])).to_string();
+    let mut subscriber = Raw::new(&srv);
+    subscriber.call(&["SUBSCRIBE", "news"]);
+    let mut monitor = Raw::new(&srv);
+    assert_eq!(monitor.wire(&["MONITOR"]), "+OK\r\n");
     let busy_id = int(&busy.call(&["CLIENT", "ID"])).to_string();
     let started = Instant::now();
     let keep_busy = |busy: &mut Raw, until: Duration| {
@@ -667,6 +672,15 @@ fn idle_timeout_closes_only_idle_clients() {
     keep_busy(&mut busy, Duration::from_millis(4_500));
     assert!(idle.closed(), "idle past the timeout: closed");
     assert_eq!(busy.wire(&["PING"]), "+PONG\r\n", "busy all along: open");
+    // Both still hear what they wait for: they were never closed.
+    assert_eq!(busy.wire(&["PUBLISH", "news", "hi"]), ":1\r\n");
+    assert_eq!(
+        subscriber.reply(),
+        Frame::Array(vec![bulk("message"), bulk("news"), bulk("hi")])
+    );
+    // The first command anyone ran after MONITOR.
+    let seen = text(&monitor.reply());
+    assert!(seen.ends_with("\"CLIENT\" \"ID\""), "MONITOR saw {seen}");
     assert_eq!(busy.wire(&["CONFIG", "SET", "timeout", "0"]), "+OK\r\n");
 }
 

@@ -246,6 +246,8 @@ fn long_replies_are_exact_and_unchanged_by_later_writes() {
         (&[b"GET", b"missing"], b"$-1\r\n".to_vec()),
         (&[b"GET", b"aset"], format!("-{WRONGTYPE}\r\n").into_bytes()),
         (&[b"GET", b"big"], bulk_of(&big)),
+        // Written into the output after a value queued by reference.
+        (&[b"GET", b"small"], bulk_of(b"v")),
         (&[b"GET", b"big"], bulk_of(&big)),
         (
             &[b"APPEND", b"big", b"tail"],
@@ -318,6 +320,12 @@ fn set_replies_in_order_whichever_way_they_are_written() {
         (&[b"SET", b"k", b"v4", b"GET"], b"$2\r\nv3\r\n"),
         (&[b"SET", b"other", b"x", b"XX"], b"$-1\r\n"),
         (&[b"SETNX", b"k", b"v5"], b":0\r\n"),
+        (&[b"SETEX", b"ex", b"100", b"v"], b"+OK\r\n"),
+        (&[b"PSETEX", b"px", b"100000", b"v"], b"+OK\r\n"),
+        (
+            &[b"SETEX", b"ex", b"0", b"v"],
+            b"-ERR invalid expire time in 'setex' command\r\n",
+        ),
         (&[b"SET", b"k", b"v6", b"EX", b"100"], b"+OK\r\n"),
         (
             &[b"SET", b"k", b"v7", b"EX", b"0"],

@@ -68,7 +68,10 @@ impl Future for Cancelled {
         let this = &mut *self;
         // The flag down means no signal has taken the waker registered last (a
         // signal raises the flag before it wakes), so if that is this task's
-        // waker, a signal to come will wake it: nothing to do.
+        // waker, a signal to come will wake it: nothing to do. That holds because
+        // the token's future signals once, on the cancel, and is ready when polled
+        // after it: a source that could signal twice could have its first wake take
+        // a waker registered after its flag was read, and the next go unheard.
         if this.armed
             && !this.signal.fired.load(Ordering::Acquire)
             && this

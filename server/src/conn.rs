@@ -262,6 +262,7 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
             }
             if !read_since_write {
                 last_interaction = Stamp::now();
+                info.last_active.store(last_interaction.ticks(), Relaxed);
             }
         }
         read_since_write = false;
@@ -284,9 +285,12 @@ async fn connection_loop(server: &Server, stream: &TcpStream, session: &mut Sess
         }
 
         // 3. Wait for input, for the socket to drain, or for a reason to stop.
-        // A blocked client is not idle: Redis exempts it from `timeout` too.
+        // A blocked client, a subscriber and a MONITOR are not idle: Redis
+        // exempts them from `timeout` too (they wait for the server, not it for
+        // them).
         let timeout = config.timeout.load(Relaxed);
-        let idle_deadline = (timeout > 0 && parked.is_none()).then(|| {
+        let exempt = parked.is_some() || session.monitor.is_some() || pubsub::subscribed(session);
+        let idle_deadline = (timeout > 0 && !exempt).then(|| {
             let idle = Duration::from_nanos(last_interaction.elapsed_ns());
             Instant::now() + Duration::from_secs(timeout).saturating_sub(idle)
         });

@@ -24,9 +24,9 @@ pub struct ClientInfo {
     pub name: Mutex<Option<Bytes>>,
     pub lib_name: Mutex<Option<Bytes>>,
     pub lib_ver: Mutex<Option<Bytes>>,
-    /// When it last sent input, as [`crate::clock::Stamp`] ticks (updated once per
-    /// read): a counter read, where an `Instant` is a serialising clock read on
-    /// every round trip.
+    /// When it last sent input or was sent a reply it had not just asked for
+    /// (Redis's `lastinteraction`), as [`crate::clock::Stamp`] ticks: a counter
+    /// read, where an `Instant` is a serialising clock read on every round trip.
     pub last_active: AtomicU64,
     /// The last command's id in `cmd::registry().all` (`usize::MAX` before the
     /// first): an atomic, because it is written on every command.
