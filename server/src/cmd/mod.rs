@@ -346,8 +346,9 @@ impl<'a, 'v> Ctx<'a, 'v> {
     /// written into it directly, under the view's locks, instead of returned as a
     /// [`Frame`]: Redis's `addReply` of a small string copies it straight into
     /// the client's buffer, where a `Frame` would copy it into an allocation of
-    /// its own first and free that after encoding (about 200 instructions of a
-    /// 64-byte GET's 5,400). There is an output only for a plain command of a
+    /// its own first and free that after encoding (~230 instructions of an
+    /// unpipelined GET's ~5,400 in a callgrind profile). There is an output only
+    /// for a plain command of a
     /// client with nothing to deliver around its reply (not in EXEC or a script,
     /// not subscribed or tracking: see [`dispatch`]). A handler that writes its
     /// reply there calls [`replied`](Self::replied) and returns nothing else of
