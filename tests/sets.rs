@@ -493,6 +493,80 @@ fn reply_shapes_in_resp2_and_resp3() {
     raw.expect(&["SINTERCARD", "1", "two"], b":2\r\n");
 }
 
+/// The integer replies of the checks and changes a relation service sends, in one
+/// pipeline, byte for byte: where nothing has to go out before them they are
+/// written straight into the output, otherwise returned as frames (inside EXEC,
+/// for a RESP3 client, which has a push queue, and for a tracking one), and every
+/// kind stays in order with the replies around it (errors, nulls, `+OK`).
+#[test]
+fn integer_replies_in_order_whichever_way_they_are_written() {
+    let s = TestServer::start();
+    const WRONG: &[u8] = b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
+    for (setup, null) in [
+        (&[][..], &b"$-1\r\n"[..]),
+        (&[&["CLIENT", "TRACKING", "ON"][..]][..], b"$-1\r\n"),
+        (&[&["HELLO", "3"][..]][..], b"_\r\n"),
+        (
+            &[&["HELLO", "3"][..], &["CLIENT", "TRACKING", "ON", "NOLOOP"]][..],
+            b"_\r\n",
+        ),
+    ] {
+        let mut raw = Raw::new(&s);
+        raw.call(&["FLUSHALL"]);
+        // NOLOOP for the RESP3 tracker: its own writes would send invalidations
+        // between the replies (tests/client_tracking.rs has those).
+        for cmd in setup {
+            raw.frame(cmd);
+        }
+        let mut req = Vec::new();
+        let mut expected = Vec::new();
+        for (args, reply) in [
+            (&["SADD", "s", "1", "2", "3"][..], &b":3\r\n"[..]),
+            (&["SADD", "s", "3", "4"], b":1\r\n"),
+            (&["SISMEMBER", "s", "2"], b":1\r\n"),
+            (&["SISMEMBER", "s", "9"], b":0\r\n"),
+            (&["SISMEMBER", "s", "abc"], b":0\r\n"),
+            (&["SISMEMBER", "nokey", "1"], b":0\r\n"),
+            (&["SCARD", "s"], b":4\r\n"),
+            (&["SCARD", "nokey"], b":0\r\n"),
+            (&["EXISTS", "s", "nokey", "s"], b":2\r\n"),
+            (&["SET", "str", "v"], b"+OK\r\n"),
+            (&["SISMEMBER", "str", "1"], WRONG),
+            (&["IDSET.EXISTS", "s", "4"], b":1\r\n"),
+            (&["IDSET.EXISTS", "s", "5"], b":0\r\n"),
+            (&["IDSET.EXISTS", "nokey", "1"], null),
+            (&["IDSET.EXISTS", "str", "1"], WRONG),
+            (&["IDSET.ADD", "s", "5"], b":1\r\n"),
+            (&["IDSET.ADD", "nokey", "XX", "5"], null),
+            (&["IDSET.REM", "s", "5", "6"], b":1\r\n"),
+            (&["SREM", "s", "1", "9"], b":1\r\n"),
+            (&["SREM", "s", "9"], b":0\r\n"),
+            (&["SREM", "nokey", "1"], b":0\r\n"),
+            (&["SADD", "s", "12345678901234"], b":1\r\n"),
+            (&["SCARD", "s"], b":4\r\n"),
+            (&["MULTI"], b"+OK\r\n"),
+            (&["SISMEMBER", "s", "2"], b"+QUEUED\r\n"),
+            (&["SADD", "s", "7"], b"+QUEUED\r\n"),
+            (&["IDSET.EXISTS", "s", "7"], b"+QUEUED\r\n"),
+            (&["EXISTS", "s"], b"+QUEUED\r\n"),
+            (&["SCARD", "s"], b"+QUEUED\r\n"),
+            (&["EXEC"], b"*5\r\n:1\r\n:1\r\n:1\r\n:1\r\n:5\r\n"),
+            (&["SISMEMBER", "s", "7"], b":1\r\n"),
+        ] {
+            req.extend(harness::resp_cmd(
+                &args.iter().map(|a| a.as_bytes()).collect::<Vec<_>>(),
+            ));
+            expected.extend_from_slice(reply);
+        }
+        let got = raw.pipeline(&req, expected.len());
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&expected),
+            "after {setup:?}"
+        );
+    }
+}
+
 // ---- SSCAN -----------------------------------------------------------------------
 
 #[test]

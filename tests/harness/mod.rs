@@ -465,6 +465,19 @@ impl Raw {
         }
     }
 
+    /// Writes `req` (any number of requests) in one go and returns the next `n`
+    /// bytes of replies.
+    pub fn pipeline(&mut self, req: &[u8], n: usize) -> Vec<u8> {
+        self.s.write_all(req).unwrap();
+        while self.buf.len() < n {
+            let mut chunk = [0u8; 64 * 1024];
+            let got = self.s.read(&mut chunk).expect("reply");
+            assert!(got > 0, "server closed the connection");
+            self.buf.extend_from_slice(&chunk[..got]);
+        }
+        self.buf.drain(..n).collect()
+    }
+
     pub fn frame(&mut self, args: &[&str]) -> relcache_protocol::resp::Frame {
         let bytes = self.call(args);
         relcache_protocol::resp::parse_frame(&bytes, &relcache_protocol::resp::Limits::default())

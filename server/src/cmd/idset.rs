@@ -302,10 +302,11 @@ fn check_reserve(ctx: &Ctx<'_, '_>, reserve: usize) -> Result<(), CmdError> {
 
 fn exists(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let id = parse_id(&args[2])?;
-    match ctx.view().get(&args[1]) {
-        None => Ok(Frame::Null),
-        Some(e) => Ok(Frame::Integer(e.value().as_idset()?.contains(id) as i64)),
-    }
+    let found = match ctx.view().get(&args[1]) {
+        None => return Ok(Frame::Null),
+        Some(e) => e.value().as_idset()?.contains(id),
+    };
+    ctx.integer(i64::from(found))
 }
 
 fn mexists(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
@@ -410,7 +411,7 @@ fn add(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             if added.n > 0 {
                 ctx.notify_write(notify::SET, "idset.add", key, added.created);
             }
-            Ok(Frame::Integer(added.n as i64))
+            ctx.integer(added.n as i64)
         }
         None => Ok(Frame::Null),
     }
@@ -431,7 +432,7 @@ fn rem(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             if removed > 0 {
                 ctx.notify(notify::SET, "idset.rem", key);
             }
-            Ok(Frame::Integer(removed as i64))
+            ctx.integer(removed as i64)
         }
         Applied::DroppedLate => {
             ctx.notify(notify::SET, "idset.drop", key);

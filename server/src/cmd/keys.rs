@@ -234,7 +234,7 @@ fn exists(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         .iter()
         .filter(|k| v.get_notouch(k).is_some())
         .count();
-    Ok(Frame::Integer(n as i64))
+    ctx.integer(n as i64)
 }
 
 /// TOUCH is EXISTS that also records an access.

@@ -277,7 +277,7 @@ fn sadd(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     if added.n > 0 {
         ctx.notify_write(notify::SET, "sadd", &args[1], added.created);
     }
-    Ok(Frame::Integer(added.n as i64))
+    ctx.integer(added.n as i64)
 }
 
 fn srem(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
@@ -298,7 +298,7 @@ fn srem(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     if emptied {
         ctx.notify(notify::GENERIC, "del", key);
     }
-    Ok(Frame::Integer(removed as i64))
+    ctx.integer(removed as i64)
 }
 
 fn sismember(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
@@ -312,7 +312,7 @@ fn sismember(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             id.is_some_and(|id| set.contains(id))
         }
     };
-    Ok(Frame::Integer(i64::from(found)))
+    ctx.integer(i64::from(found))
 }
 
 /// The relation service's hot path ("which of these 100 do I follow?"): the ids are
@@ -349,7 +349,7 @@ fn scard(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         None => 0,
         Some(e) => e.value().as_idset()?.len(),
     };
-    Ok(Frame::Integer(n as i64))
+    ctx.integer(n as i64)
 }
 
 fn smembers(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
