@@ -552,6 +552,27 @@ fn integer_replies_in_order_whichever_way_they_are_written() {
             (&["SCARD", "s"], b"+QUEUED\r\n"),
             (&["EXEC"], b"*5\r\n:1\r\n:1\r\n:1\r\n:1\r\n:5\r\n"),
             (&["SISMEMBER", "s", "7"], b":1\r\n"),
+            // Counts of two digits.
+            (
+                &[
+                    "SADD", "big", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12",
+                ],
+                b":12\r\n",
+            ),
+            (&["SCARD", "big"], b":12\r\n"),
+            (
+                &[
+                    "SREM", "big", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11",
+                ],
+                b":11\r\n",
+            ),
+            (
+                &[
+                    "EXISTS", "big", "big", "big", "big", "big", "big", "big", "big", "big", "big",
+                ],
+                b":10\r\n",
+            ),
+            (&["PING"], b"+PONG\r\n"),
         ] {
             req.extend(harness::resp_cmd(
                 &args.iter().map(|a| a.as_bytes()).collect::<Vec<_>>(),
@@ -564,6 +585,8 @@ fn integer_replies_in_order_whichever_way_they_are_written() {
             String::from_utf8_lossy(&expected),
             "after {setup:?}"
         );
+        // Nothing after the last reply (a reply written twice, say).
+        raw.expect(&["PING"], b"+PONG\r\n");
     }
 }
 

@@ -348,11 +348,11 @@ impl<'a, 'v> Ctx<'a, 'v> {
     /// the client's buffer, where a `Frame` would copy it into an allocation of
     /// its own first and free that after encoding (~230 instructions of an
     /// unpipelined GET's ~5,400 in a callgrind profile). There is an output only
-    /// for a plain command of a
-    /// client with nothing to deliver around its reply (not in EXEC or a script,
-    /// not subscribed or tracking: see [`dispatch`]). A handler that writes its
-    /// reply there calls [`replied`](Self::replied) and returns nothing else of
-    /// use.
+    /// for a plain command of a client with nothing to deliver around its reply:
+    /// not in EXEC or a script, and no message queue (made by a SUBSCRIBE, HELLO 3
+    /// or CLIENT TRACKING, and kept after them: see [`dispatch`]). A handler that
+    /// writes its reply there calls [`replied`](Self::replied) and returns
+    /// nothing else of use.
     pub fn view_and_output(&mut self) -> (&mut View<'a>, Option<&mut BytesMut>) {
         self.view();
         let view = match &mut self.view {
@@ -373,6 +373,16 @@ impl<'a, 'v> Ctx<'a, 'v> {
     /// the `Frame` the handler returns is dropped.
     pub fn replied(&mut self) {
         debug_assert!(self.output.is_some(), "no output to have replied into");
+        self.wrote_reply();
+    }
+
+    /// The reply is in the output: nothing else may have been asked of this
+    /// command's answer (a park, a close, replies before it), or it would be lost.
+    fn wrote_reply(&mut self) {
+        debug_assert!(
+            matches!(self.then, Then::Reply) && self.earlier.is_empty(),
+            "a reply written directly would drop what else the command asked for"
+        );
         self.then = Then::Written;
     }
 
@@ -385,7 +395,7 @@ impl<'a, 'v> Ctx<'a, 'v> {
         match self.output.as_deref_mut() {
             Some(out) => {
                 relcache_protocol::resp::write_integer(out, n);
-                self.then = Then::Written;
+                self.wrote_reply();
                 Ok(Frame::Null)
             }
             None => Ok(Frame::Integer(n)),
@@ -1164,6 +1174,68 @@ pub(crate) fn test_args(v: &[&str]) -> Vec<Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server with no listener and one client's session on it.
+    fn server_and_session() -> (Server, Session) {
+        use std::net::{Ipv4Addr, SocketAddr};
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 6379));
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let server = Server::new(Default::default(), addr, shutdown.clone());
+        let peer = SocketAddr::from((Ipv4Addr::LOCALHOST, 40000));
+        let info = server
+            .clients
+            .register(peer, addr, &shutdown, usize::MAX)
+            .expect("no client limit");
+        (server, Session::new(info, true))
+    }
+
+    /// The checks' integer replies take the direct path when given an output and
+    /// come back as frames when not, with the same bytes either way.
+    #[test]
+    fn integer_replies_go_into_the_output_when_they_may() {
+        let (server, mut session) = server_and_session();
+        let run = |session: &mut Session, args: &[&str], out: Option<&mut BytesMut>| {
+            execute(&server, session, &test_args(args), None, out)
+        };
+        let mut out = BytesMut::new();
+        assert!(matches!(
+            run(&mut session, &["SADD", "s", "1", "2"], Some(&mut out)),
+            Outcome::Written
+        ));
+        for (args, reply) in [
+            (&["SISMEMBER", "s", "2"][..], 1),
+            (&["SCARD", "s"], 2),
+            (&["EXISTS", "s", "s", "t"], 2),
+            (&["IDSET.EXISTS", "s", "3"], 0),
+            (&["SREM", "s", "1", "3"], 1),
+        ] {
+            out.clear();
+            let written = run(&mut session, args, Some(&mut out));
+            assert!(matches!(written, Outcome::Written), "{args:?}");
+            assert_eq!(&out[..], format!(":{reply}\r\n").as_bytes(), "{args:?}");
+            if args[0] == "SREM" {
+                // Back as it was, for the second run.
+                run(&mut session, &["SADD", "s", "1"], None);
+            }
+            let returned = run(&mut session, args, None);
+            match returned {
+                Outcome::Reply(Frame::Integer(n)) => assert_eq!(n, reply, "{args:?}"),
+                _ => panic!("{args:?}: not an integer frame"),
+            }
+        }
+        // A missing key's null and an error are frames even with an output.
+        out.clear();
+        let missing = run(
+            &mut session,
+            &["IDSET.EXISTS", "nokey", "1"],
+            Some(&mut out),
+        );
+        assert!(matches!(missing, Outcome::Reply(Frame::Null)));
+        assert!(out.is_empty());
+        let wrong = run(&mut session, &["SISMEMBER", "s", "1", "x"], Some(&mut out));
+        assert!(matches!(wrong, Outcome::Reply(Frame::Error(_))));
+        assert!(out.is_empty());
+    }
 
     #[test]
     fn integers_follow_string2ll() {

@@ -286,12 +286,12 @@ fn srem(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let key = &args[1];
     let v = ctx.view();
     let Some(e) = v.peek(key) else {
-        return Ok(Frame::Integer(0));
+        return ctx.integer(0);
     };
     let table = e.value().as_idset()?.table();
     // Removing no member changes nothing: leave the key (and its WATCHers) alone.
     if !ids.iter().any(|&id| table.contains(id)) {
-        return Ok(Frame::Integer(0));
+        return ctx.integer(0);
     }
     let (removed, emptied) = remove_ids(v, key, &ids);
     ctx.notify(notify::SET, "srem", key);
