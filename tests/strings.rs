@@ -348,6 +348,65 @@ fn set_replies_in_order_whichever_way_they_are_written() {
     );
 }
 
+/// Counters', DEL's and TTL's integer replies, pipelined, byte for byte as Redis
+/// 7 sends them (checked against a real redis-server): written straight into the
+/// output between errors and `+OK`s, and returned as elements inside EXEC.
+#[test]
+fn counter_del_and_ttl_replies_in_order_whichever_way_they_are_written() {
+    let s = TestServer::start();
+    let mut st = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    st.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req = Vec::new();
+    let mut expected = Vec::new();
+    for (args, reply) in [
+        (&[&b"SET"[..], b"n", b"10"][..], &b"+OK\r\n"[..]),
+        (&[b"INCR", b"n"], b":11\r\n"),
+        (&[b"DECR", b"n"], b":10\r\n"),
+        (&[b"INCRBY", b"n", b"5"], b":15\r\n"),
+        (&[b"DECRBY", b"n", b"20"], b":-5\r\n"),
+        (&[b"INCR", b"fresh"], b":1\r\n"),
+        (&[b"SET", b"s", b"abc"], b"+OK\r\n"),
+        (
+            &[b"INCR", b"s"],
+            b"-ERR value is not an integer or out of range\r\n",
+        ),
+        (&[b"SET", b"big", b"9223372036854775807"], b"+OK\r\n"),
+        (
+            &[b"INCR", b"big"],
+            b"-ERR increment or decrement would overflow\r\n",
+        ),
+        (&[b"SADD", b"set", b"1"], b":1\r\n"),
+        (
+            &[b"INCR", b"set"],
+            b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+        ),
+        (&[b"TTL", b"n"], b":-1\r\n"),
+        (&[b"PTTL", b"nokey"], b":-2\r\n"),
+        (&[b"TTL", b"nokey"], b":-2\r\n"),
+        (&[b"DEL", b"n", b"fresh", b"nokey", b"n"], b":2\r\n"),
+        (&[b"UNLINK", b"s"], b":1\r\n"),
+        (&[b"MULTI"], b"+OK\r\n"),
+        (&[b"INCR", b"x"], b"+QUEUED\r\n"),
+        (&[b"TTL", b"x"], b"+QUEUED\r\n"),
+        (&[b"DEL", b"x"], b"+QUEUED\r\n"),
+        (&[b"EXEC"], b"*3\r\n:1\r\n:-1\r\n:1\r\n"),
+        (&[b"EXISTS", b"n", b"s", b"x"], b":0\r\n"),
+        (&[b"PING"], b"+PONG\r\n"),
+    ] {
+        req.extend(resp_cmd(args));
+        expected.extend_from_slice(reply);
+    }
+    std::io::Write::write_all(&mut st, &req).unwrap();
+    let got = harness::read_n(&mut st, expected.len());
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(&expected)
+    );
+    // Nothing after the last reply (a reply written twice, say).
+    std::io::Write::write_all(&mut st, &resp_cmd(&[b"PING"])).unwrap();
+    assert_eq!(harness::read_n(&mut st, 7), b"+PONG\r\n");
+}
+
 #[test]
 fn set_nx_and_xx() {
     let s = TestServer::start();

@@ -235,15 +235,17 @@ fn pttl(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 fn ttl_generic(ctx: &mut Ctx<'_, '_>, args: &[Bytes], ms: bool) -> CmdResult {
     let v = ctx.view();
     let now = v.now_ms();
-    let Some(e) = v.get_notouch(&args[1]) else {
-        return Ok(Frame::Integer(-2));
+    let left = match v.get_notouch(&args[1]) {
+        None => -2,
+        Some(e) => match e.expire_at() {
+            None => -1,
+            Some(at) => {
+                let left = at.saturating_sub(now);
+                (if ms { left } else { (left + 500) / 1000 }) as i64
+            }
+        },
     };
-    let Some(at) = e.expire_at() else {
-        return Ok(Frame::Integer(-1));
-    };
-    let left = at.saturating_sub(now);
-    let left = if ms { left } else { (left + 500) / 1000 };
-    Ok(Frame::Integer(left as i64))
+    ctx.integer(left)
 }
 
 fn expiretime(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {

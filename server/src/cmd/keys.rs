@@ -224,7 +224,7 @@ fn delete_keys(ctx: &mut Ctx<'_, '_>, keys: &[Bytes], how: Free) -> CmdResult {
             ctx.notify(notify::GENERIC, "del", key);
         }
     }
-    Ok(Frame::Integer(removed as i64))
+    ctx.integer(removed as i64)
 }
 
 /// EXISTS counts every argument that names a live key, repeats included.

@@ -390,7 +390,8 @@ impl<'a, 'v> Ctx<'a, 'v> {
     /// when that is allowed (see [`view_and_output`](Self::view_and_output)):
     /// a check's 0 or 1 is then a four-byte copy instead of a `Frame` returned,
     /// matched, encoded and dropped. For the commands a relation service sends
-    /// most (SISMEMBER, IDSET.EXISTS, SADD, SREM, EXISTS).
+    /// most (SISMEMBER, IDSET.EXISTS, SADD, SREM, EXISTS) and the counters, DEL
+    /// and TTL that every Redis client does.
     pub fn integer(&mut self, n: i64) -> crate::error::CmdResult {
         match self.output.as_deref_mut() {
             Some(out) => {
@@ -1208,6 +1209,8 @@ mod tests {
             (&["EXISTS", "s", "s", "t"], 2),
             (&["IDSET.EXISTS", "s", "3"], 0),
             (&["SREM", "s", "1", "3"], 1),
+            (&["TTL", "s"], -1),
+            (&["PTTL", "nokey"], -2),
         ] {
             out.clear();
             let written = run(&mut session, args, Some(&mut out));
@@ -1223,6 +1226,16 @@ mod tests {
                 _ => panic!("{args:?}: not an integer frame"),
             }
         }
+        out.clear();
+        assert!(matches!(
+            run(&mut session, &["INCR", "c"], Some(&mut out)),
+            Outcome::Written
+        ));
+        assert!(matches!(
+            run(&mut session, &["DEL", "c", "c"], Some(&mut out)),
+            Outcome::Written
+        ));
+        assert_eq!(&out[..], b":1\r\n:1\r\n");
         // A missing key's null and an error are frames even with an output.
         out.clear();
         let missing = run(

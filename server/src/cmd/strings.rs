@@ -833,7 +833,7 @@ fn incr_by(ctx: &mut Ctx<'_, '_>, key: &[u8], by: i64) -> CmdResult {
     let new = current.checked_add(by).ok_or(CmdError::Overflow)?;
     let created = !view.insert(key, Value::Str(int_bytes(new)), expire_at);
     ctx.notify_write(notify::STRING, "incrby", key, created);
-    Ok(Frame::Integer(new))
+    ctx.integer(new)
 }
 
 fn incrbyfloat(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
