@@ -518,9 +518,9 @@ fn integer_replies_in_order_whichever_way_they_are_written() {
         for cmd in setup {
             raw.frame(cmd);
         }
-        let mut req = Vec::new();
-        let mut expected = Vec::new();
-        for (args, reply) in [
+        // Shown with the failure, which says only what differed.
+        eprintln!("after {setup:?}");
+        raw.expect_pipeline(&[
             (&["SADD", "s", "1", "2", "3"][..], &b":3\r\n"[..]),
             (&["SADD", "s", "3", "4"], b":1\r\n"),
             (&["SISMEMBER", "s", "2"], b":1\r\n"),
@@ -572,21 +572,7 @@ fn integer_replies_in_order_whichever_way_they_are_written() {
                 ],
                 b":10\r\n",
             ),
-            (&["PING"], b"+PONG\r\n"),
-        ] {
-            req.extend(harness::resp_cmd(
-                &args.iter().map(|a| a.as_bytes()).collect::<Vec<_>>(),
-            ));
-            expected.extend_from_slice(reply);
-        }
-        let got = raw.pipeline(&req, expected.len());
-        assert_eq!(
-            String::from_utf8_lossy(&got),
-            String::from_utf8_lossy(&expected),
-            "after {setup:?}"
-        );
-        // Nothing after the last reply (a reply written twice, say).
-        raw.expect(&["PING"], b"+PONG\r\n");
+        ]);
     }
 }
 

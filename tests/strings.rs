@@ -8,7 +8,7 @@ mod harness;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use harness::{resp_cmd, roundtrip, TestServer};
+use harness::{resp_cmd, roundtrip, Raw, TestServer};
 use redis::{Connection, Value};
 
 /// Runs one command and returns its reply, or the error's exact wire text.
@@ -303,60 +303,36 @@ fn long_replies_are_exact_and_unchanged_by_later_writes() {
     roundtrip(&mut st, &resp_cmd(&[b"GET", b"big"]), &bulk_of(&big));
 }
 
-/// Sends every request of `steps` in one write and checks the replies come back
-/// byte for byte, in order, and that nothing follows the last (a reply written
-/// twice, say).
-fn pipelined(s: &TestServer, steps: &[(&[&[u8]], &[u8])]) {
-    let mut st = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
-    st.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut req = Vec::new();
-    let mut expected = Vec::new();
-    for (args, reply) in steps {
-        req.extend(resp_cmd(args));
-        expected.extend_from_slice(reply);
-    }
-    std::io::Write::write_all(&mut st, &req).unwrap();
-    let got = harness::read_n(&mut st, expected.len());
-    assert_eq!(
-        String::from_utf8_lossy(&got),
-        String::from_utf8_lossy(&expected)
-    );
-    roundtrip(&mut st, &resp_cmd(&[b"PING"]), b"+PONG\r\n");
-}
-
 /// Every SET form's reply, pipelined, byte for byte as Redis sends them: a plain
 /// SET's `+OK` is written straight into the output, the others are returned as
 /// replies, and both kinds stay in order; inside EXEC each is an element.
 #[test]
 fn set_replies_in_order_whichever_way_they_are_written() {
     let s = TestServer::start();
-    pipelined(
-        &s,
-        &[
-            (&[&b"SET"[..], b"k", b"v1"][..], &b"+OK\r\n"[..]),
-            (&[b"SET", b"k", b"v2", b"NX"], b"$-1\r\n"),
-            (&[b"SET", b"k", b"v3", b"XX"], b"+OK\r\n"),
-            (&[b"SET", b"k", b"v4", b"GET"], b"$2\r\nv3\r\n"),
-            (&[b"SET", b"other", b"x", b"XX"], b"$-1\r\n"),
-            (&[b"SETNX", b"k", b"v5"], b":0\r\n"),
-            (&[b"SETEX", b"ex", b"100", b"v"], b"+OK\r\n"),
-            (&[b"PSETEX", b"px", b"100000", b"v"], b"+OK\r\n"),
-            (
-                &[b"SETEX", b"ex", b"0", b"v"],
-                b"-ERR invalid expire time in 'setex' command\r\n",
-            ),
-            (&[b"SET", b"k", b"v6", b"EX", b"100"], b"+OK\r\n"),
-            (
-                &[b"SET", b"k", b"v7", b"EX", b"0"],
-                b"-ERR invalid expire time in 'set' command\r\n",
-            ),
-            (&[b"MULTI"], b"+OK\r\n"),
-            (&[b"SET", b"k", b"v8"], b"+QUEUED\r\n"),
-            (&[b"SET", b"k", b"v9", b"GET"], b"+QUEUED\r\n"),
-            (&[b"EXEC"], b"*2\r\n+OK\r\n$2\r\nv8\r\n"),
-            (&[b"GET", b"k"], b"$2\r\nv9\r\n"),
-        ],
-    );
+    Raw::new(&s).expect_pipeline(&[
+        (&[&b"SET"[..], b"k", b"v1"][..], &b"+OK\r\n"[..]),
+        (&[b"SET", b"k", b"v2", b"NX"], b"$-1\r\n"),
+        (&[b"SET", b"k", b"v3", b"XX"], b"+OK\r\n"),
+        (&[b"SET", b"k", b"v4", b"GET"], b"$2\r\nv3\r\n"),
+        (&[b"SET", b"other", b"x", b"XX"], b"$-1\r\n"),
+        (&[b"SETNX", b"k", b"v5"], b":0\r\n"),
+        (&[b"SETEX", b"ex", b"100", b"v"], b"+OK\r\n"),
+        (&[b"PSETEX", b"px", b"100000", b"v"], b"+OK\r\n"),
+        (
+            &[b"SETEX", b"ex", b"0", b"v"],
+            b"-ERR invalid expire time in 'setex' command\r\n",
+        ),
+        (&[b"SET", b"k", b"v6", b"EX", b"100"], b"+OK\r\n"),
+        (
+            &[b"SET", b"k", b"v7", b"EX", b"0"],
+            b"-ERR invalid expire time in 'set' command\r\n",
+        ),
+        (&[b"MULTI"], b"+OK\r\n"),
+        (&[b"SET", b"k", b"v8"], b"+QUEUED\r\n"),
+        (&[b"SET", b"k", b"v9", b"GET"], b"+QUEUED\r\n"),
+        (&[b"EXEC"], b"*2\r\n+OK\r\n$2\r\nv8\r\n"),
+        (&[b"GET", b"k"], b"$2\r\nv9\r\n"),
+    ]);
 }
 
 /// Counters', DEL's and TTL's integer replies, pipelined, byte for byte as Redis
@@ -365,43 +341,40 @@ fn set_replies_in_order_whichever_way_they_are_written() {
 #[test]
 fn counter_del_and_ttl_replies_in_order_whichever_way_they_are_written() {
     let s = TestServer::start();
-    pipelined(
-        &s,
-        &[
-            (&[&b"SET"[..], b"n", b"10"][..], &b"+OK\r\n"[..]),
-            (&[b"INCR", b"n"], b":11\r\n"),
-            (&[b"DECR", b"n"], b":10\r\n"),
-            (&[b"INCRBY", b"n", b"5"], b":15\r\n"),
-            (&[b"DECRBY", b"n", b"20"], b":-5\r\n"),
-            (&[b"INCR", b"fresh"], b":1\r\n"),
-            (&[b"SET", b"s", b"abc"], b"+OK\r\n"),
-            (
-                &[b"INCR", b"s"],
-                b"-ERR value is not an integer or out of range\r\n",
-            ),
-            (&[b"SET", b"big", b"9223372036854775807"], b"+OK\r\n"),
-            (
-                &[b"INCR", b"big"],
-                b"-ERR increment or decrement would overflow\r\n",
-            ),
-            (&[b"SADD", b"set", b"1"], b":1\r\n"),
-            (
-                &[b"INCR", b"set"],
-                b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
-            ),
-            (&[b"TTL", b"n"], b":-1\r\n"),
-            (&[b"PTTL", b"nokey"], b":-2\r\n"),
-            (&[b"TTL", b"nokey"], b":-2\r\n"),
-            (&[b"DEL", b"n", b"fresh", b"nokey", b"n"], b":2\r\n"),
-            (&[b"UNLINK", b"s"], b":1\r\n"),
-            (&[b"MULTI"], b"+OK\r\n"),
-            (&[b"INCR", b"x"], b"+QUEUED\r\n"),
-            (&[b"TTL", b"x"], b"+QUEUED\r\n"),
-            (&[b"DEL", b"x"], b"+QUEUED\r\n"),
-            (&[b"EXEC"], b"*3\r\n:1\r\n:-1\r\n:1\r\n"),
-            (&[b"EXISTS", b"n", b"s", b"x"], b":0\r\n"),
-        ],
-    );
+    Raw::new(&s).expect_pipeline(&[
+        (&[&b"SET"[..], b"n", b"10"][..], &b"+OK\r\n"[..]),
+        (&[b"INCR", b"n"], b":11\r\n"),
+        (&[b"DECR", b"n"], b":10\r\n"),
+        (&[b"INCRBY", b"n", b"5"], b":15\r\n"),
+        (&[b"DECRBY", b"n", b"20"], b":-5\r\n"),
+        (&[b"INCR", b"fresh"], b":1\r\n"),
+        (&[b"SET", b"s", b"abc"], b"+OK\r\n"),
+        (
+            &[b"INCR", b"s"],
+            b"-ERR value is not an integer or out of range\r\n",
+        ),
+        (&[b"SET", b"big", b"9223372036854775807"], b"+OK\r\n"),
+        (
+            &[b"INCR", b"big"],
+            b"-ERR increment or decrement would overflow\r\n",
+        ),
+        (&[b"SADD", b"set", b"1"], b":1\r\n"),
+        (
+            &[b"INCR", b"set"],
+            b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+        ),
+        (&[b"TTL", b"n"], b":-1\r\n"),
+        (&[b"PTTL", b"nokey"], b":-2\r\n"),
+        (&[b"TTL", b"nokey"], b":-2\r\n"),
+        (&[b"DEL", b"n", b"fresh", b"nokey", b"n"], b":2\r\n"),
+        (&[b"UNLINK", b"s"], b":1\r\n"),
+        (&[b"MULTI"], b"+OK\r\n"),
+        (&[b"INCR", b"x"], b"+QUEUED\r\n"),
+        (&[b"TTL", b"x"], b"+QUEUED\r\n"),
+        (&[b"DEL", b"x"], b"+QUEUED\r\n"),
+        (&[b"EXEC"], b"*3\r\n:1\r\n:-1\r\n:1\r\n"),
+        (&[b"EXISTS", b"n", b"s", b"x"], b":0\r\n"),
+    ]);
 }
 
 #[test]

@@ -465,17 +465,30 @@ impl Raw {
         }
     }
 
-    /// Writes `req` (any number of requests) in one go and returns the next `n`
-    /// bytes of replies.
-    pub fn pipeline(&mut self, req: &[u8], n: usize) -> Vec<u8> {
-        self.s.write_all(req).unwrap();
-        while self.buf.len() < n {
+    /// Writes every request of `steps` in one go and checks the replies come
+    /// back byte for byte and in order, then that nothing follows the last one
+    /// (a reply written twice, say).
+    pub fn expect_pipeline<A: AsRef<[u8]>>(&mut self, steps: &[(&[A], &[u8])]) {
+        let mut req = Vec::new();
+        let mut expected = Vec::new();
+        for (args, reply) in steps {
+            let args: Vec<&[u8]> = args.iter().map(AsRef::as_ref).collect();
+            req.extend(resp_cmd(&args));
+            expected.extend_from_slice(reply);
+        }
+        self.s.write_all(&req).unwrap();
+        while self.buf.len() < expected.len() {
             let mut chunk = [0u8; 64 * 1024];
             let got = self.s.read(&mut chunk).expect("reply");
             assert!(got > 0, "server closed the connection");
             self.buf.extend_from_slice(&chunk[..got]);
         }
-        self.buf.drain(..n).collect()
+        let got: Vec<u8> = self.buf.drain(..expected.len()).collect();
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&expected)
+        );
+        self.expect(&["PING"], b"+PONG\r\n");
     }
 
     pub fn frame(&mut self, args: &[&str]) -> relcache_protocol::resp::Frame {

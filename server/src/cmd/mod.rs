@@ -363,12 +363,6 @@ impl<'a, 'v> Ctx<'a, 'v> {
         (view, self.output.as_deref_mut())
     }
 
-    /// The client's output, when a reply may be written into it directly: see
-    /// [`view_and_output`](Self::view_and_output).
-    pub fn output(&mut self) -> Option<&mut BytesMut> {
-        self.output.as_deref_mut()
-    }
-
     /// Says the reply is already in the output ([`view_and_output`](Self::view_and_output)):
     /// the `Frame` the handler returns is dropped.
     pub fn replied(&mut self) {
@@ -384,6 +378,27 @@ impl<'a, 'v> Ctx<'a, 'v> {
             "a reply written directly would drop what else the command asked for"
         );
         self.then = Then::Written;
+    }
+
+    /// `frame` as the reply: an integer or a simple string (`+OK`), which read
+    /// the same in both protocols, is written straight into the client's output
+    /// when that is allowed (see [`view_and_output`](Self::view_and_output));
+    /// anything else, or with no output, is returned.
+    pub fn reply(&mut self, frame: Frame) -> crate::error::CmdResult {
+        match frame {
+            Frame::Integer(n) => self.integer(n),
+            Frame::Simple(s) if self.output.is_some() => {
+                if let Some(out) = self.output.as_deref_mut() {
+                    out.reserve(s.len() + 3);
+                    out.put_u8(b'+');
+                    out.put_slice(&s);
+                    out.put_slice(b"\r\n");
+                }
+                self.wrote_reply();
+                Ok(Frame::Null)
+            }
+            other => Ok(other),
+        }
     }
 
     /// The integer `n` as the reply, written straight into the client's output

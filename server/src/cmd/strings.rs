@@ -24,7 +24,7 @@
 //! like Redis on x86-64, emulated exactly by [`crate::longdouble`], so its replies match
 //! Redis digit for digit (`1000 + 0.1` is `1000.09999999999999998` there too).
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use relcache_protocol::resp::Frame;
 
 use super::spec::{self, CommandSpec, Group, Keys};
@@ -503,23 +503,9 @@ fn set_generic(ctx: &mut Ctx<'_, '_>, key: &[u8], value: Value, plan: SetPlan) -
     }
     match old {
         Some(old) => Ok(old),
-        None => reply(ctx, plan.ok),
+        // `+OK` (SETNX's `:1`) straight into the output when it may be.
+        None => ctx.reply(plan.ok),
     }
-}
-
-/// `frame` as the reply, written straight into the client's output when it is
-/// `+OK` and that is allowed (see [`Ctx::view_and_output`]): a plain SET's
-/// reply then costs a five-byte copy instead of a `Frame` returned, matched,
-/// encoded and dropped.
-fn reply(ctx: &mut Ctx<'_, '_>, frame: Frame) -> CmdResult {
-    if matches!(&frame, Frame::Simple(s) if s[..] == b"OK"[..]) {
-        if let Some(out) = ctx.output() {
-            out.put_slice(b"+OK\r\n");
-            ctx.replied();
-            return Ok(Frame::Null);
-        }
-    }
-    Ok(frame)
 }
 
 fn set(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
