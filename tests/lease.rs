@@ -717,3 +717,43 @@ fn parked_runs_and_lapsed_leases_are_counted_once_and_rightly() {
     assert_eq!(info_field(&mut c, "lease_lapses"), 5);
     assert_eq!(info_field(&mut c, "lease_revocations"), 0);
 }
+
+/// A parked command takes its connection off the event loop to a task, which
+/// hands it back once it has answered: round after round, the connection keeps
+/// its identity and its order, and the requests behind each wait are answered
+/// from the event loop again. `connected_clients` shows none is lost or doubled.
+#[test]
+fn a_connection_parked_again_and_again_keeps_its_place_and_its_order() {
+    let s = TestServer::start();
+    let mut holder = s.conn();
+    let mut raw = s.raw();
+    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    raw.write_all(&resp_cmd(&[b"CLIENT", b"ID"])).unwrap();
+    let id = String::from_utf8(harness::read_line(&mut raw)).unwrap();
+    for round in 0..20 {
+        let key = format!("u:{round}");
+        let t = token(lease(&mut holder, &key, &[]));
+        let value = format!("v{round}");
+        let mut req = resp_cmd(&[b"IDSET.LEASE", key.as_bytes(), b"BLOCK", b"0"]);
+        req.extend(resp_cmd(&[b"CLIENT", b"ID"]));
+        req.extend(resp_cmd(&[b"SET", b"x", value.as_bytes()]));
+        for _ in 0..50 {
+            req.extend(resp_cmd(&[b"GET", b"x"]));
+        }
+        raw.write_all(&req).unwrap();
+        wait_blocked(&mut holder, 1);
+        assert_eq!(fill(&mut holder, &key, t, &[1, 2, 3]), RV::Int(3));
+        let mut want = format!(":0\r\n{id}+OK\r\n").into_bytes();
+        for _ in 0..50 {
+            want.extend(format!("${}\r\n{value}\r\n", value.len()).bytes());
+        }
+        let got = harness::read_n(&mut raw, want.len());
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&want),
+            "round {round}"
+        );
+    }
+    assert_eq!(info_field(&mut holder, "connected_clients"), 2);
+    assert_eq!(info_field(&mut holder, "blocked_clients"), 0);
+}

@@ -683,3 +683,40 @@ fn sigterm_ends_a_script_that_will_not() {
     let r = h.join().unwrap();
     assert!(r.starts_with(KILLED), "{r}");
 }
+
+/// With one loop, every client shares the loop of a script that never ends: the
+/// thread running the script hands the loop to another (`evloop::hand_over`),
+/// so the others are answered (BUSY for a key the script may touch) and SCRIPT
+/// KILL gets through. Without the hand-over, the first PING would never be
+/// answered.
+#[test]
+fn a_busy_script_hands_its_loop_to_the_other_clients() {
+    let s = TestServer::start_with(&["--threads", "1"]);
+    let port = s.port;
+    let mut c = Conn::new(port);
+    c.call(&["CONFIG", "SET", "busy-reply-threshold", "100"]);
+    let spinner = std::thread::spawn(move || {
+        let mut c = Conn::new(port);
+        let reply = c.reply(&["EVAL", "while true do end", "1", "k"]);
+        (c, reply)
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert_eq!(c.reply(&["PING"]), "+PONG\r\n");
+        if c.reply(&["GET", "k"]).starts_with("-BUSY ") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never BUSY");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // New connections are served too, on the loop's new thread.
+    let mut late = Conn::new(port);
+    assert_eq!(late.reply(&["PING"]), "+PONG\r\n");
+    assert_eq!(c.reply(&["SCRIPT", "KILL"]), "+OK\r\n");
+    let (mut spun, killed) = spinner.join().unwrap();
+    assert!(killed.starts_with("-ERR Script killed by user"), "{killed}");
+    // The script's connection is back on the loop, with everyone else.
+    assert_eq!(spun.reply(&["SET", "k", "v"]), "+OK\r\n");
+    assert_eq!(c.reply(&["GET", "k"]), "$1\r\nv\r\n");
+    assert_eq!(late.reply(&["GET", "k"]), "$1\r\nv\r\n");
+}

@@ -19,6 +19,7 @@ mod conn;
 mod cron;
 mod db;
 mod error;
+mod evloop;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

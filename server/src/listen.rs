@@ -136,13 +136,14 @@ async fn accept_loop(
         // `max-new-connections-per-cycle` per event-loop cycle, a burst of
         // connects lets its other tasks run after every that many accepts.
         let cap = server.config.max_new_connections_per_cycle.load(Relaxed) as usize;
-        let mut accepted = Vec::with_capacity(cap);
+        let (mut admitted, mut refused) = (Vec::new(), Vec::new());
         let (mut drained, mut failed) = (false, false);
-        while accepted.len() < cap {
+        while admitted.len() + refused.len() < cap {
             match listener.get_ref().accept() {
-                Ok((stream, addr)) => {
-                    accepted.push((stream.into(), admit(addr, local_addr, &server)))
-                }
+                Ok((stream, addr)) => match admit(addr, local_addr, &server) {
+                    Some(info) => admitted.push((stream.into(), info)),
+                    None => refused.push((stream.into(), server.clone())),
+                },
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     ready.clear_ready();
                     drained = true;
@@ -157,7 +158,10 @@ async fn accept_loop(
             }
         }
         drop(ready);
-        loops.serve(&tracker, accepted, serve_conn);
+        loops.serve_clients(&tracker, &server, admitted);
+        if !refused.is_empty() {
+            loops.serve(&tracker, refused, refuse);
+        }
         if failed {
             // EMFILE and friends: back off instead of spinning on accept.
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -167,49 +171,26 @@ async fn accept_loop(
     }
 }
 
-/// An accepted connection's place on the server: its registration, or `None`
-/// when it was refused for `maxclients`.
-struct Admitted {
-    server: Arc<Server>,
-    info: Option<Arc<ClientInfo>>,
-}
-
-/// Registers an accepted connection, or refuses it past `maxclients`.
-fn admit(addr: SocketAddr, local_addr: SocketAddr, server: &Arc<Server>) -> Admitted {
+/// Registers an accepted connection, or refuses it (`None`) past `maxclients`.
+fn admit(
+    addr: SocketAddr,
+    local_addr: SocketAddr,
+    server: &Arc<Server>,
+) -> Option<Arc<ClientInfo>> {
     server.stats.total_connections_received.incr();
     let max = server.config.maxclients.load(Relaxed) as usize;
-    Admitted {
-        server: server.clone(),
-        info: server
-            .clients
-            .register(addr, local_addr, &server.shutdown, max),
-    }
+    server
+        .clients
+        .register(addr, local_addr, &server.shutdown, max)
 }
 
-/// Serves an admitted connection on its loop: the session, or the refusal.
-async fn serve_conn(stream: std::io::Result<TcpStream>, admitted: Admitted) {
-    let Admitted { server, info } = admitted;
-    let mut stream = match stream {
-        Ok(stream) => stream,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot serve a connection");
-            if let Some(info) = info {
-                server.clients.unregister(info.id);
-            }
-            return;
-        }
-    };
-    let Some(info) = info else {
-        server.stats.rejected_connections.incr();
+/// Tells a connection over `maxclients` so, and closes it.
+async fn refuse(stream: std::io::Result<TcpStream>, server: Arc<Server>) {
+    server.stats.rejected_connections.incr();
+    if let Ok(mut stream) = stream {
         let _ = stream
             .write_all(b"-ERR max number of clients reached\r\n")
             .await;
         let _ = stream.shutdown().await;
-        return;
-    };
-    let _ = stream.set_nodelay(true);
-    if let Some(keepalive) = server.config.keepalive() {
-        let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
     }
-    crate::conn::serve(server, stream, info).await
 }

@@ -40,10 +40,14 @@ pub const LARGE_ARGS: usize = 64 * 1024;
 /// Tables larger than this (in bytes) are rebuilt offloaded.
 pub const LARGE_TABLE: usize = 256 * 1024;
 
-/// Runs `f` so that the runtime worker's other tasks go on meanwhile, when called
-/// on a multi-threaded runtime (the server's); otherwise (a test, a single-threaded
-/// runtime) simply runs it.
+/// Runs `f` so that the other connections of the loop it is called on go on
+/// meanwhile: an event loop's ([`crate::evloop::hand_over`]), or a multi-threaded
+/// runtime worker's tasks; otherwise (a test, a single-threaded runtime, a
+/// thread that has already handed its loop over) simply runs it.
 pub fn offload<R>(f: impl FnOnce() -> R) -> R {
+    if crate::evloop::hand_over() {
+        return f();
+    }
     match Handle::try_current() {
         Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
         _ => f(),

@@ -12,8 +12,8 @@ use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 
 use bytes::{Buf, Bytes, BytesMut};
-use tokio::net::TcpStream;
 
+use crate::conn::Socket;
 use crate::spare;
 
 /// Bulk replies this long and longer are queued by reference: below it a copy
@@ -103,11 +103,11 @@ impl Output {
     /// Writes as much as the socket takes now; returns how much that was. Once
     /// all is written, the reply buffer goes back to the thread's spares, so a
     /// connection never keeps the size of its largest reply.
-    pub fn write_to(&mut self, stream: &TcpStream) -> io::Result<usize> {
+    pub fn write_to(&mut self, stream: &impl Socket) -> io::Result<usize> {
         let mut written = 0;
         while !self.is_empty() {
             let n = if self.queued.is_empty() {
-                stream.try_write(&self.tail)
+                stream.send(&self.tail)
             } else {
                 let mut parts = [IoSlice::new(&[]); MAX_IOV];
                 let mut k = 0;
@@ -120,7 +120,7 @@ impl Output {
                     parts[k] = IoSlice::new(&self.tail);
                     k += 1;
                 }
-                stream.try_write_vectored(&parts[..k])
+                stream.send_vectored(&parts[..k])
             };
             match n {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),

@@ -1,0 +1,617 @@
+//! One client connection: read, parse every complete request, execute, write once.
+//!
+//! The loop keeps reading while replies wait to be written, as Redis does, so a
+//! client's pending output is a real buffer with real limits: past the hard
+//! `client-output-buffer-limit`, or over the soft one for too long, the client is
+//! disconnected, and nobody else notices. Input is bounded too: a request larger than
+//! `proto-max-bulk-len` allows, or a query buffer past `client-query-buffer-limit`,
+//! closes this connection only. A framing error gets Redis's `-ERR Protocol error`
+//! and a close; a bad *command* gets an error reply and the connection stays open.
+//!
+//! An idle connection holds no buffer: every buffer, the argument vector and the
+//! decoder's table are given back once empty (Redis 7 frees idle query buffers in
+//! its cron; here it happens at the end of each batch), small ones to the thread's
+//! spares ([`crate::spare`]), where its next connection with input reads. What the
+//! buffers hold is published as the client's memory ([`crate::client_memory`]),
+//! apart from data.
+//!
+//! [`Conn`] is a connection's state and what it does between two waits; the
+//! waiting is its loop's. A connection that only sends requests and reads replies
+//! is served by an event loop of its core ([`crate::evloop`]); one that has to
+//! wait for something other than its socket (a blocked command, messages of a
+//! subscription, MONITOR's feed) is handed, state and all, to a task of that
+//! core's runtime ([`task`]). What each request asks of it comes back from
+//! [`cmd::dispatch`] as a [`Flow`], and a command that has to wait is kept and
+//! woken by [`crate::blocking`].
+
+mod socket;
+pub mod task;
+
+use std::io;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use relcache_protocol::resp::{Frame, Limits, RequestDecoder};
+use tokio::time::Instant;
+
+use crate::blocking::{self, Parked};
+use crate::client_memory::{self, Footprint};
+use crate::clock::Stamp;
+use crate::cmd::{self, Flow};
+use crate::config::OutputLimit;
+use crate::offload::{offload, LARGE_ARGS, LARGE_REQUEST};
+use crate::output::Output;
+use crate::pubsub;
+use crate::server::Server;
+use crate::session::{ClientInfo, Session};
+use crate::spare;
+
+pub(crate) use socket::Socket;
+
+const READ_CHUNK: usize = 16 * 1024;
+/// Most room made at once for the rest of a big argument: the buffer grows straight
+/// to what a 20,000-id table needs instead of doubling from 16 KB (four copies), while
+/// a declared length or argument count alone can make a connection allocate at
+/// most this much ahead of the bytes.
+const MAX_READ_AHEAD: usize = 1024 * 1024;
+/// Past this much pending output mid-batch, try to write before executing more, so
+/// a client that reads promptly never makes us hold a large buffer.
+const EAGER_FLUSH: usize = 64 * 1024;
+/// Redis's `PROTO_REPLY_CHUNK_BYTES`: the size of a client's fixed reply buffer.
+const REPLY_CHUNK: usize = 16 * 1024;
+/// Argument slots kept from one request to the next; a request with more gets a
+/// vector of its own (a 5M-id SADD needs 160 MB of slots), freed once it has run.
+const ARGS_KEEP: usize = 16;
+
+/// Why a connection ends.
+pub(crate) enum Closed {
+    /// Client went away, QUIT, idle timeout, kill or shutdown: nothing to report.
+    Normal,
+    Io(io::Error),
+    /// We decided to drop the client; the reason goes to the log.
+    Limit(&'static str),
+    /// The client broke the protocol: the error reply is in the output, to be
+    /// sent before a lingering close ([`task::lingering_close`]).
+    Protocol,
+}
+
+/// What a pass over the buffered requests leaves to do.
+#[derive(PartialEq, Eq, Debug)]
+pub(crate) enum Pass {
+    /// Wait for input, for the socket to drain, or for a reason to stop.
+    Wait,
+    /// Requests were held back while the output was over the soft limit, and the
+    /// write brought it under: run them again soon, without waiting for input
+    /// that may never come (but after the loop's other clients).
+    Again,
+}
+
+/// A connection's state between two waits: its session, its buffers and what it
+/// has published about them.
+pub(crate) struct Conn {
+    pub(crate) session: Session,
+    rbuf: BytesMut,
+    wbuf: Output,
+    args: Vec<Bytes>,
+    decoder: RequestDecoder,
+    published: Footprint,
+    /// Reads and writes both count, as Redis's `lastinteraction` does: a client
+    /// that has just been answered (a parked command that ran at last, say) is not
+    /// idle.
+    last_interaction: Stamp,
+    /// Whether this pass's requests came with the read just made: its time then
+    /// stands for the write's too (the clock is read once per round trip).
+    read_since_write: bool,
+    over_soft_since: Option<Instant>,
+    closing: bool,
+    /// A blocking command waiting for its key; requests behind it wait with it, so
+    /// replies stay in order.
+    parked: Option<Parked>,
+}
+
+impl Conn {
+    pub(crate) fn new(server: &Server, info: Arc<ClientInfo>) -> Conn {
+        let authenticated = server.config.requirepass.read().is_none();
+        let session = Session::new(info, authenticated);
+        let decoder = RequestDecoder::new(limits(server, &session));
+        Conn {
+            session,
+            rbuf: BytesMut::new(),
+            wbuf: Output::default(),
+            args: Vec::new(),
+            decoder,
+            published: Footprint::default(),
+            last_interaction: Stamp::now(),
+            read_since_write: false,
+            over_soft_since: None,
+            closing: false,
+            parked: None,
+        }
+    }
+
+    pub(crate) fn info(&self) -> &Arc<ClientInfo> {
+        &self.session.info
+    }
+
+    /// Whether only its socket can give this connection something to do: nothing
+    /// parked, no subscription or tracking queue, not a MONITOR. Such a
+    /// connection can be served by an event loop.
+    pub(crate) fn plain(&self) -> bool {
+        self.parked.is_none() && self.session.monitor.is_none() && self.session.pubsub.is_none()
+    }
+
+    /// Whether the next wait is for input: not once the connection is closing.
+    pub(crate) fn wants_read(&self) -> bool {
+        !self.closing
+    }
+
+    /// Whether the next wait is for the socket to take output.
+    pub(crate) fn wants_write(&self) -> bool {
+        !self.wbuf.is_empty()
+    }
+
+    /// Runs the parked command again if it was woken or its time is up, then
+    /// every complete request in the buffer, then writes all their replies at
+    /// once and checks the output against its limits.
+    pub(crate) fn run(&mut self, server: &Server, sock: &impl Socket) -> Result<Pass, Closed> {
+        let info = self.session.info.clone();
+        if let Some((args, deadline)) = blocking::take_due(&mut self.parked) {
+            let wait =
+                match cmd::dispatch(server, &mut self.session, &args, &mut self.wbuf, deadline) {
+                    Flow::Park(wait) => Some(wait),
+                    // A lease command run again never asks to close.
+                    Flow::Continue | Flow::Close => None,
+                };
+            self.parked = blocking::rerun_ended(server, &info, args, wait);
+        }
+        self.decoder.set_limits(limits(server, &self.session));
+        if self.args.capacity() == 0 && !self.rbuf.is_empty() {
+            self.args = spare::take_args();
+        }
+        let mut held = false;
+        while !self.closing && self.parked.is_none() {
+            if held_back(output_limit(server, &self.session).soft, &self.wbuf) {
+                held = true;
+                break;
+            }
+            match decode(&mut self.decoder, &mut self.rbuf, &mut self.args) {
+                Ok(true) => self.execute(server, sock)?,
+                Ok(false) => break,
+                Err(e) => {
+                    Frame::error(format!("ERR {e}")).encode(self.session.proto, self.wbuf.buf());
+                    // The error quotes a byte of the request (`got 'X'`): user
+                    // data, which Redis 7.4's `hide-user-data-from-log` keeps out.
+                    if server.config.hide_user_data_from_log.load(Relaxed) {
+                        tracing::debug!(client = info.id, "protocol error, closing");
+                    } else {
+                        tracing::debug!(client = info.id, error = %e, "protocol error, closing");
+                    }
+                    return Err(Closed::Protocol);
+                }
+            }
+        }
+
+        if self.rbuf.is_empty() {
+            // No request under way: the buffer (which may still be part of the
+            // last large request's allocation), the argument vector and the
+            // decoder's table go, so an idle connection holds nothing. Small ones
+            // go to the thread's spares for the next connection with input.
+            // Before the write, so a client that has its reply finds them gone.
+            spare::give_bytes(std::mem::take(&mut self.rbuf));
+            spare::give_args(std::mem::take(&mut self.args));
+            if self.decoder.scratch_bytes() > 0 {
+                self.decoder = RequestDecoder::new(limits(server, &self.session));
+            }
+        }
+        // What the batch left on the input side (and in MULTI's queue) is published
+        // before its replies go out, so a client that has its reply sees it; the
+        // reply buffer is published after the write, which usually frees it (a
+        // batch of small requests thus publishes nothing).
+        let mut now = self.footprint(0);
+        (now.output_len, now.output_alloc) =
+            (self.published.output_len, self.published.output_alloc);
+        client_memory::publish(server, &info, &mut self.published, now);
+
+        // One write for the whole batch.
+        if self.wbuf.is_empty() {
+            // Taken for a reply that did not come (the command was parked).
+            self.wbuf.release_if_empty();
+        } else {
+            self.write(server, sock)?;
+            if !self.read_since_write {
+                self.last_interaction = Stamp::now();
+                info.last_active
+                    .store(self.last_interaction.ticks(), Relaxed);
+            }
+        }
+        self.read_since_write = false;
+        if self.closing && self.wbuf.is_empty() {
+            return Err(Closed::Normal);
+        }
+        self.check_output(server)?;
+        let now = self.footprint(0);
+        client_memory::publish(server, &info, &mut self.published, now);
+        if held && !held_back(output_limit(server, &self.session).soft, &self.wbuf) {
+            return Ok(Pass::Again);
+        }
+        Ok(Pass::Wait)
+    }
+
+    /// Runs the request just decoded into `args`.
+    #[inline]
+    fn execute(&mut self, server: &Server, sock: &impl Socket) -> Result<(), Closed> {
+        let session = &mut self.session;
+        let authenticated = session.authenticated;
+        let size: usize = self.args.iter().map(|a| a.len()).sum();
+        if size > READ_CHUNK {
+            // Its bytes are this client's until a command stores them: published
+            // first, so making room for it under maxmemory does not take them for
+            // data. (A smaller request counts as data for the moment it runs: the
+            // slack is a read.)
+            let now = footprint(
+                &self.rbuf,
+                &self.wbuf,
+                &self.args,
+                size,
+                &self.decoder,
+                session,
+            );
+            client_memory::publish(server, &session.info, &mut self.published, now);
+        }
+        // After that: the reply buffer is not the request's memory.
+        self.wbuf.buf();
+        let (args, wbuf) = (&self.args, &mut self.wbuf);
+        let flow = if size > LARGE_REQUEST || args.len() > LARGE_ARGS {
+            offload(|| cmd::dispatch(server, session, args, wbuf, None))
+        } else {
+            cmd::dispatch(server, session, args, wbuf, None)
+        };
+        if session.authenticated != authenticated {
+            // AUTH, HELLO … AUTH or RESET: the next request, maybe already in the
+            // buffer, is read under the new state's limits.
+            self.decoder.set_limits(limits(server, session));
+        }
+        match flow {
+            Flow::Continue => {}
+            Flow::Close => self.closing = true,
+            Flow::Park(wait) => {
+                self.parked = Some(blocking::park(server, &session.info, &mut self.args, wait));
+                return Ok(());
+            }
+        }
+        if self.args.capacity() > ARGS_KEEP {
+            release_args(std::mem::take(&mut self.args));
+        } else {
+            self.args.clear();
+        }
+        if self.wbuf.len() >= EAGER_FLUSH {
+            self.write(server, sock)?;
+        }
+        // Between requests the limits matter only once the output has outgrown
+        // what Redis keeps in a client's fixed reply buffer (it checks them as
+        // replies spill past it); after the batch they are checked whatever the
+        // size.
+        if self.wbuf.len() > REPLY_CHUNK {
+            self.check_output(server)?;
+        }
+        Ok(())
+    }
+
+    /// Writes as much of the output as the socket takes now.
+    fn write(&mut self, server: &Server, sock: &impl Socket) -> Result<(), Closed> {
+        let written = self.wbuf.write_to(sock).map_err(Closed::Io)?;
+        server.stats.total_net_output_bytes.add(written as u64);
+        // The client took some of its output: it is reading, so the soft limit's
+        // clock starts again. The soft limit catches clients that stop reading,
+        // not clients that read a large answer slowly.
+        if written > 0 {
+            if let Some(since) = &mut self.over_soft_since {
+                *since = Instant::now();
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands over what is already computed, as far as the socket takes it: for a
+    /// connection killed or shut down.
+    pub(crate) fn write_last(&mut self, server: &Server, sock: &impl Socket) {
+        let _ = self.write(server, sock);
+    }
+
+    /// Checks the output against its limits; past them, drops it and says why.
+    fn check_output(&mut self, server: &Server) -> Result<(), Closed> {
+        match output_over_limit(server, &self.session, &self.wbuf, &mut self.over_soft_since) {
+            None => Ok(()),
+            Some(why) => {
+                self.wbuf.discard();
+                Err(Closed::Limit(why))
+            }
+        }
+    }
+
+    /// Reads what the socket has (once), and checks the query buffer's limit.
+    pub(crate) fn read(&mut self, server: &Server, sock: &impl Socket) -> Result<(), Closed> {
+        match try_read(server, sock, &mut self.rbuf, &mut self.decoder) {
+            Ok(0) => return Err(Closed::Normal),
+            Ok(_) => {
+                self.last_interaction = Stamp::now();
+                self.read_since_write = true;
+                let ticks = self.last_interaction.ticks();
+                self.session.info.last_active.store(ticks, Relaxed);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(Closed::Io(e)),
+        }
+        let unparsed = self.rbuf.len() + self.decoder.big_buffered().0;
+        if over_query_limit(server, &self.session, unparsed) {
+            server.stats.client_query_buffer_limit_disconnections.incr();
+            return Err(Closed::Limit(
+                "closing client that reached max query buffer length",
+            ));
+        }
+        Ok(())
+    }
+
+    /// When this connection next needs looking at if nothing happens on its
+    /// socket: its idle timeout, or the end of its time over the soft output
+    /// limit. A blocked client, a subscriber and a MONITOR are not idle: Redis
+    /// exempts them from `timeout` too (they wait for the server, not it for
+    /// them). A parked command's own recheck is the task's business.
+    /// `now` is read only if there is an idle timeout, and is the caller's: a
+    /// time not yet passed comes out after it, one that has comes out as it.
+    pub(crate) fn deadline(
+        &self,
+        server: &Server,
+        now: impl FnOnce() -> Instant,
+    ) -> Option<Instant> {
+        let idle = self.idle_timeout(server).map(|timeout| {
+            let idle = Duration::from_nanos(self.last_interaction.elapsed_ns());
+            now() + timeout.saturating_sub(idle)
+        });
+        let soft = self.over_soft_since.map(|since| {
+            since + Duration::from_secs(output_limit(server, &self.session).soft_seconds)
+        });
+        idle.into_iter().chain(soft).min()
+    }
+
+    /// Whether the client has been idle past `timeout`.
+    pub(crate) fn idle_expired(&self, server: &Server) -> bool {
+        self.idle_timeout(server)
+            .is_some_and(|t| Duration::from_nanos(self.last_interaction.elapsed_ns()) >= t)
+    }
+
+    fn idle_timeout(&self, server: &Server) -> Option<Duration> {
+        let timeout = server.config.timeout.load(Relaxed);
+        if timeout == 0
+            || self.parked.is_some()
+            || self.session.monitor.is_some()
+            || pubsub::subscribed(&self.session)
+        {
+            return None;
+        }
+        Some(Duration::from_secs(timeout))
+    }
+
+    #[inline]
+    fn footprint(&self, argv: usize) -> Footprint {
+        footprint(
+            &self.rbuf,
+            &self.wbuf,
+            &self.args,
+            argv,
+            &self.decoder,
+            &self.session,
+        )
+    }
+
+    /// Lets go of the connection's place on the server once it has closed, and
+    /// says why it closed, if that is worth saying.
+    pub(crate) fn finish(&mut self, server: &Server, closed: Closed) {
+        // The buffers go first (a big argument half read may be 100 MB): they
+        // are the client's memory, not data, only until it is unregistered, and
+        // counted as data after that they could make room for themselves by
+        // evicting keys.
+        drop(std::mem::take(&mut self.rbuf));
+        drop(std::mem::take(&mut self.args));
+        self.decoder = RequestDecoder::new(limits(server, &self.session));
+        self.wbuf.discard();
+        let info = self.session.info.clone();
+        match closed {
+            Closed::Normal | Closed::Protocol => {}
+            Closed::Io(e) => tracing::debug!(client = info.id, error = %e, "connection error"),
+            Closed::Limit(why) => tracing::warn!(client = info.id, addr = %info.addr, "{why}"),
+        }
+        blocking::set_blocked(server, &info, false);
+        // Closing from here on: whoever redirects invalidations to this connection
+        // learns the redirect is broken once its queue goes, below.
+        info.kill.cancel();
+        let session = &mut self.session;
+        crate::tracking::disable(server, session);
+        pubsub::leave(server, session);
+        if session.watched.is_empty() || !server.scripts.any_running() {
+            cmd::discard_session_state(server, session);
+        } else {
+            // Unwatching locks the watched keys' shards, which a script may hold
+            // for as long as it runs.
+            offload(|| cmd::discard_session_state(server, session));
+        }
+        server.clients.unregister(info.id);
+    }
+}
+
+/// Redis 7.4's query buffer check, made after each read: a MULTI's queued
+/// commands have not run yet, so they count as unread input, which keeps a
+/// transaction from growing without bound; and a client that still has to
+/// authenticate may hold at most 1 MB.
+fn over_query_limit(server: &Server, session: &Session, unparsed: usize) -> bool {
+    let held = (unparsed + session.multi.as_ref().map_or(0, |m| m.bytes)) as u64;
+    held > server.config.client_query_buffer_limit.load(Relaxed)
+        || (!session.authenticated && held > 1024 * 1024)
+}
+
+/// The decoder's limits for this client now: `proto-max-bulk-len`, and Redis 7's
+/// tighter ones until a client that must authenticate has done so.
+pub(crate) fn limits(server: &Server, session: &Session) -> Limits {
+    Limits {
+        max_bulk_len: server.config.proto_max_bulk_len.load(Relaxed) as usize,
+        unauthenticated: !session.authenticated,
+        ..Limits::default()
+    }
+}
+
+/// What this connection holds now, `argv` being the bytes of a request split off
+/// the read buffer and not yet run.
+#[inline]
+fn footprint(
+    rbuf: &BytesMut,
+    wbuf: &Output,
+    args: &Vec<Bytes>,
+    argv: usize,
+    decoder: &RequestDecoder,
+    session: &Session,
+) -> Footprint {
+    // A big argument's data, read into a buffer of its own, is query buffer too.
+    let (big_len, big_room) = decoder.big_buffered();
+    Footprint {
+        query_len: rbuf.len() + big_len,
+        query_free: rbuf.capacity() - rbuf.len() + big_room,
+        argv,
+        scratch: args.capacity() * std::mem::size_of::<Bytes>() + decoder.scratch_bytes(),
+        multi: session.multi.as_ref().map_or(0, |m| m.bytes),
+        output_len: wbuf.len(),
+        output_alloc: wbuf.allocated(),
+        pubsub: pubsub::queued(session),
+    }
+}
+
+/// One read: into the buffer of a big argument under way, which becomes the
+/// stored value without a copy ([`RequestDecoder::big_buffer`]), or into `rbuf`,
+/// sized for what the request under way is expected to need
+/// ([`RequestDecoder::bytes_wanted`]).
+fn try_read(
+    server: &Server,
+    stream: &impl Socket,
+    rbuf: &mut BytesMut,
+    decoder: &mut RequestDecoder,
+) -> io::Result<usize> {
+    if let Some(big) = decoder.big_buffer() {
+        let n = stream.recv_spare(big.spare_capacity_mut())?;
+        // SAFETY: `recv_spare` initialised the first `n` bytes of the spare capacity.
+        unsafe { big.set_len(big.len() + n) };
+        server.stats.total_net_input_bytes.add(n as u64);
+        return Ok(n);
+    }
+    let wanted = decoder.bytes_wanted(rbuf.len());
+    // Room for the rest of the request under way as far as it is expected, and
+    // at least a chunk; but a large buffer that already has room for the
+    // expected rest is not grown by a chunk more: that regrowth copied a whole
+    // 20,000-id SADD for its last few kilobytes.
+    let room = if wanted > 0 && rbuf.len() > READ_CHUNK {
+        wanted.min(MAX_READ_AHEAD)
+    } else {
+        wanted.clamp(READ_CHUNK, MAX_READ_AHEAD)
+    };
+    if rbuf.capacity() == 0 {
+        // No request under way: read into one of the thread's spare buffers.
+        *rbuf = spare::take_bytes();
+    } else if rbuf.capacity() - rbuf.len() < room {
+        // Part of a request is here: the rest goes straight after it. Growing a
+        // large buffer copies it (64 MB of a 5M-id SADD): off the worker.
+        let room = room.max(READ_CHUNK);
+        if rbuf.len() > LARGE_REQUEST {
+            offload(|| rbuf.reserve(room));
+        } else {
+            rbuf.reserve(room);
+        }
+    }
+    let n = stream.recv_spare(rbuf.spare_capacity_mut())?;
+    // SAFETY: `recv_spare` initialised the first `n` bytes of the spare capacity.
+    unsafe { rbuf.set_len(rbuf.len() + n) };
+    server.stats.total_net_input_bytes.add(n as u64);
+    Ok(n)
+}
+
+/// Decodes the next request. The request that completes a big multibulk turns
+/// each of its arguments into a slice of it at once (5M of them for a 5M-id
+/// SADD, 100 ms), and one that arrived whole (held back behind a slow reader, or
+/// read 1 MB at a time) is parsed in the same call: past [`LARGE_ARGS`] that is
+/// done off the worker.
+#[inline]
+fn decode(
+    decoder: &mut RequestDecoder,
+    rbuf: &mut BytesMut,
+    args: &mut Vec<Bytes>,
+) -> Result<bool, relcache_protocol::resp::ProtocolError> {
+    // A request that arrived whole is decoded in one call: its announced count
+    // is looked at too, once the buffer could hold that many arguments.
+    let large = decoder.args_read() > LARGE_ARGS
+        || (rbuf.len() / 6 > LARGE_ARGS && decoder.args_announced(rbuf) > LARGE_ARGS);
+    if large {
+        offload(|| decoder.decode(rbuf, args))
+    } else {
+        decoder.decode(rbuf, args)
+    }
+}
+
+/// Lets go of a request's arguments once it has run. Those of a big multibulk each
+/// hold a reference to the request (5M for a 5M-id SADD): they are dropped off
+/// the worker, but before the reply goes, so a client that has its reply finds
+/// the memory given back.
+fn release_args(args: Vec<Bytes>) {
+    if args.len() > LARGE_ARGS {
+        offload(|| drop(args));
+    }
+}
+
+/// Whether to stop running this client's requests until its pending output is back
+/// under the soft `client-output-buffer-limit`: a client that sends faster than it
+/// reads waits for its own replies instead of growing its output here. Its input
+/// is still read (see the loop), so it is never stuck writing. A client reading one
+/// large reply (a 300 MB GET) is never held back mid-reply: the check comes
+/// between requests.
+fn held_back(soft_limit: u64, wbuf: &Output) -> bool {
+    soft_limit > 0 && wbuf.len() as u64 > soft_limit
+}
+
+/// The `client-output-buffer-limit` class this client is held to: `pubsub` while
+/// it is subscribed, as in Redis, else `normal`.
+fn output_limit(server: &Server, session: &Session) -> OutputLimit {
+    if pubsub::subscribed(session) {
+        server.config.pubsub_output_limit()
+    } else {
+        server.config.output_limit()
+    }
+}
+
+/// Checks the pending output (replies, and messages still queued for a
+/// subscriber) against its `client-output-buffer-limit` class: past the hard
+/// limit at once, as Redis; over the soft limit for `soft_seconds` *without
+/// reading any of it* (Redis counts the time even while the client reads, which
+/// cuts off a client reading one large reply).
+fn output_over_limit(
+    server: &Server,
+    session: &Session,
+    wbuf: &Output,
+    soft_since: &mut Option<Instant>,
+) -> Option<&'static str> {
+    let limit = output_limit(server, session);
+    let pending = (wbuf.len() + pubsub::queued(session)) as u64;
+    let hard = limit.hard > 0 && pending > limit.hard;
+    let soft = if limit.soft > 0 && pending > limit.soft {
+        let since = *soft_since.get_or_insert_with(Instant::now);
+        since.elapsed() >= Duration::from_secs(limit.soft_seconds)
+    } else {
+        *soft_since = None;
+        false
+    };
+    if hard || soft {
+        server
+            .stats
+            .client_output_buffer_limit_disconnections
+            .incr();
+        return Some("client scheduled to be closed ASAP for overcoming of output buffer limits");
+    }
+    None
+}

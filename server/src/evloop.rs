@@ -1,0 +1,734 @@
+//! The event loop of a core: one thread, one epoll (`mio`), and the connections
+//! that only send requests and read replies, kept in a slab and served in the
+//! order their sockets become ready, as Redis's `ae` loop serves its clients.
+//!
+//! A task per connection on a tokio runtime cost a `-P 1` request ~500
+//! instructions more than Redis's (callgrind): registering readiness with the
+//! runtime (~240), waking the task from the driver (~220), and scheduling and
+//! parking it. Here a ready socket is a slab index: the loop reads it, runs its
+//! requests and writes their replies, with nothing between epoll and the
+//! connection.
+//!
+//! Everything a connection can wait for besides its socket stays with tokio: a
+//! connection that parks a command, subscribes, asks for invalidation messages
+//! or becomes a MONITOR is handed, state and all, to a task of its core's
+//! runtime ([`crate::conn::task`]), and comes back once only its socket is left
+//! to wait for. So does one that broke the protocol, for its lingering close.
+//! What the loop still does itself: kills (CLIENT KILL, eviction, shutdown),
+//! which wake it through [`mio::Waker`], and the idle timeout and the soft output
+//! limit, kept in a timer heap.
+//!
+//! Long work ([`crate::offload`]) does what tokio's `block_in_place` does for a
+//! runtime worker: the thread running it gives the loop to a spare thread, which
+//! goes on serving the other connections, and sends its own connection back to
+//! the loop when it is done, then becomes the spare. The loop (its epoll, slab
+//! and timers) is one value, [`Poller`], handed from thread to thread through a
+//! thread-local while a connection is served; only the thread holding it polls.
+
+use std::cell::Cell;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Wake, Waker};
+use std::time::Duration;
+
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token};
+use parking_lot::{Condvar, Mutex};
+use slab::Slab;
+use tokio::time::Instant;
+use tokio_util::sync::WaitForCancellationFutureOwned;
+
+use crate::conn::{task, Closed, Conn, Pass, Socket};
+use crate::loops::Tenancy;
+use crate::server::Server;
+
+const WAKE: Token = Token(usize::MAX);
+/// Readiness events taken from epoll at once.
+const EVENTS: usize = 1024;
+
+/// A core's event loop, as the rest of the server sees it.
+pub(crate) struct EvLoop {
+    shared: Arc<Shared>,
+}
+
+/// What other threads reach of a loop.
+struct Shared {
+    index: usize,
+    waker: mio::Waker,
+    inbox: Mutex<Inbox>,
+    /// The runtime of the loop's core: where its connections go when they have
+    /// more to wait for than their socket.
+    rt: tokio::runtime::Handle,
+    /// Raised by the thread that polls last, as it stops.
+    stopped: Mutex<bool>,
+    stopped_cv: Condvar,
+    spares: Mutex<Spares>,
+    spares_cv: Condvar,
+}
+
+/// The loop's threads that are not polling. The one that gave the loop away
+/// last, once done with its long work, waits here for the next hand-over, so a
+/// hand-over wakes a thread rather than making one: making one maps its stack,
+/// which waits behind the `munmap` of the very value a DEL is freeing (a PING
+/// waited 34 ms behind a DEL of 256 MB that way). One spare is made with the
+/// loop; more, made when hand-overs overlap, end after [`SPARE_KEEP`] idle.
+#[derive(Default)]
+struct Spares {
+    idle: usize,
+    /// The loop, handed over and not yet taken by a spare.
+    baton: Option<Box<Poller>>,
+    stop: bool,
+}
+
+/// How long a spare thread beyond the first waits for a hand-over before it
+/// ends (tokio's blocking pool keeps its threads as long).
+const SPARE_KEEP: Duration = Duration::from_secs(10);
+
+#[derive(Default)]
+struct Inbox {
+    /// Connections to serve: accepted ones, and ones back from a task.
+    arriving: Vec<Arriving>,
+    /// Connections whose thread gave the loop away while serving them
+    /// ([`hand_over`]), with what serving them came to.
+    returning: Vec<(usize, Box<Client>, Verdict)>,
+    /// Connections whose kill token fired: (slot, client id).
+    killed: Vec<(usize, u64)>,
+    stop: bool,
+}
+
+/// A connection on its way to a loop.
+pub(crate) struct Arriving {
+    pub stream: std::net::TcpStream,
+    pub server: Arc<Server>,
+    /// `None` for a connection just accepted: socket options are set, and a
+    /// session is made, on the loop.
+    pub conn: Option<Conn>,
+    pub info: Arc<crate::session::ClientInfo>,
+    pub tenancy: Tenancy,
+}
+
+/// A connection on the loop.
+struct Client {
+    sock: Sock,
+    conn: Conn,
+    server: Arc<Server>,
+    tenancy: Tenancy,
+    /// The kill token's future, polled once with a [`KillSignal`] as its waker,
+    /// and kept so the signal stays registered.
+    _kill: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// In the ready queue.
+    queued: bool,
+    /// The time it has in the timer heap, if any.
+    timer: Option<Instant>,
+    /// Its time in the heap has come: look at the idle timeout.
+    due: bool,
+    /// Its kill token fired (a flag, not the token: reading that takes a lock).
+    killed: bool,
+}
+
+/// A socket and the readiness epoll last reported for it, cleared when a read or
+/// a write finds it drained or full (see [`crate::conn::Socket`]).
+struct Sock {
+    stream: TcpStream,
+    readable: Cell<bool>,
+    writable: Cell<bool>,
+    /// The peer has shut its side (or the socket failed): reported once, with
+    /// the last data, so a read that drains that data must not take the
+    /// readiness away, or the end of the stream would never be read.
+    read_closed: Cell<bool>,
+}
+
+impl Socket for Sock {
+    fn recv_spare(&self, spare: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<usize> {
+        let room = spare.len();
+        match socket2::SockRef::from(&self.stream).recv(spare) {
+            Ok(n) => {
+                if n < room && !self.read_closed.get() {
+                    self.readable.set(false);
+                }
+                Ok(n)
+            }
+            Err(e) => {
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    self.readable.set(false);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        let r = io::Write::write(&mut &self.stream, buf);
+        self.sent(&r, buf.len());
+        r
+    }
+
+    fn send_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let r = io::Write::write_vectored(&mut &self.stream, bufs);
+        self.sent(&r, bufs.iter().map(|b| b.len()).sum());
+        r
+    }
+}
+
+impl Sock {
+    fn sent(&self, r: &io::Result<usize>, len: usize) {
+        let full = match r {
+            Ok(n) => *n < len,
+            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+        };
+        if full {
+            self.writable.set(false);
+        }
+    }
+}
+
+/// What serving a connection came to.
+enum Verdict {
+    /// Wait for its socket.
+    Wait,
+    /// Serve it again after the others ready now.
+    Again,
+    /// It has closed and let go of its place.
+    Closed,
+    /// It has more to wait for than its socket: to a task, which first sends
+    /// the protocol error and closes when `linger`.
+    ToTask { linger: bool },
+}
+
+/// The loop itself: owned by the one thread that polls.
+struct Poller {
+    shared: Arc<Shared>,
+    poll: Poll,
+    events: Events,
+    /// `None` while its connection is being served (and its thread may have
+    /// given the loop away): the slot stays taken until it comes back.
+    clients: Slab<Option<Box<Client>>>,
+    ready: VecDeque<usize>,
+    timers: BinaryHeap<Reverse<(Instant, usize, u64)>>,
+}
+
+thread_local! {
+    /// The loop of the connection this thread is serving, while it serves it.
+    static BATON: Cell<Option<Box<Poller>>> = const { Cell::new(None) };
+}
+
+impl EvLoop {
+    /// Starts the event loop of core `index`, handing connections that have more
+    /// to wait for to `rt`.
+    pub(crate) fn start(index: usize, rt: tokio::runtime::Handle) -> io::Result<EvLoop> {
+        let poll = Poll::new()?;
+        let waker = mio::Waker::new(poll.registry(), WAKE)?;
+        let shared = Arc::new(Shared {
+            index,
+            waker,
+            inbox: Mutex::new(Inbox::default()),
+            rt,
+            stopped: Mutex::new(false),
+            stopped_cv: Condvar::new(),
+            spares: Mutex::new(Spares::default()),
+            spares_cv: Condvar::new(),
+        });
+        let poller = Box::new(Poller {
+            shared: shared.clone(),
+            poll,
+            events: Events::with_capacity(EVENTS),
+            clients: Slab::new(),
+            ready: VecDeque::new(),
+            timers: BinaryHeap::new(),
+        });
+        spawn_thread(&shared, Some(poller))?;
+        spawn_thread(&shared, None)?;
+        Ok(EvLoop { shared })
+    }
+
+    /// Hands connections to the loop, waking it once.
+    pub(crate) fn arrive(&self, conns: impl IntoIterator<Item = Arriving>) {
+        self.shared.arrive(conns);
+    }
+
+    /// Stops the loop and waits for it. Its connections must have ended.
+    pub(crate) fn stop(self) {
+        self.shared.inbox.lock().stop = true;
+        let _ = self.shared.waker.wake();
+        let mut stopped = self.shared.stopped.lock();
+        while !*stopped {
+            self.shared.stopped_cv.wait(&mut stopped);
+        }
+        self.shared.spares.lock().stop = true;
+        self.shared.spares_cv.notify_all();
+    }
+}
+
+impl Shared {
+    fn arrive(&self, conns: impl IntoIterator<Item = Arriving>) {
+        self.inbox.lock().arriving.extend(conns);
+        let _ = self.waker.wake();
+    }
+}
+
+/// Starts a thread of the loop: its poller when given the loop, else a spare.
+fn spawn_thread(shared: &Arc<Shared>, poller: Option<Box<Poller>>) -> io::Result<()> {
+    let name = format!("relcache-loop-{}", shared.index);
+    let shared = shared.clone();
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || thread_main(shared, poller))
+        .map(drop)
+}
+
+fn thread_main(shared: Arc<Shared>, mut poller: Option<Box<Poller>>) {
+    // Commands may spawn tasks (a cluster link, say) or read tokio's clock.
+    let rt = shared.rt.clone();
+    let _entered = rt.enter();
+    loop {
+        let Some(p) = poller.take().or_else(|| wait_for_loop(&shared)) else {
+            return;
+        };
+        if let Ran::Stopped = run(&shared, p) {
+            return;
+        }
+    }
+}
+
+/// Waits, as a spare, for the loop to be handed over; `None` once this thread
+/// is to end.
+fn wait_for_loop(shared: &Shared) -> Option<Box<Poller>> {
+    let mut spares = shared.spares.lock();
+    spares.idle += 1;
+    let mut deadline = std::time::Instant::now() + SPARE_KEEP;
+    loop {
+        if let Some(p) = spares.baton.take() {
+            spares.idle -= 1;
+            return Some(p);
+        }
+        if spares.stop {
+            spares.idle -= 1;
+            return None;
+        }
+        if shared
+            .spares_cv
+            .wait_until(&mut spares, deadline)
+            .timed_out()
+            && spares.baton.is_none()
+        {
+            if spares.idle > 1 {
+                spares.idle -= 1;
+                return None;
+            }
+            // The last spare stays.
+            deadline = std::time::Instant::now() + SPARE_KEEP;
+        }
+    }
+}
+
+/// Gives the loop this thread holds, if it holds one, to a spare thread, which
+/// serves the loop's other connections while this one does long work for its
+/// own; this thread becomes a spare when done. For [`crate::offload`].
+pub(crate) fn hand_over() -> bool {
+    let Some(poller) = BATON.take() else {
+        return false;
+    };
+    let shared = poller.shared.clone();
+    let mut spares = shared.spares.lock();
+    spares.baton = Some(poller);
+    let idle = spares.idle;
+    drop(spares);
+    if idle > 0 {
+        shared.spares_cv.notify_one();
+        return true;
+    }
+    // Hand-overs overlap: one more spare.
+    if let Err(e) = spawn_thread(&shared, None) {
+        if let Some(p) = shared.spares.lock().baton.take() {
+            // No thread to be had: the work runs here, and the loop's other
+            // clients wait for it, as they would in Redis.
+            tracing::warn!(error = %e, "cannot hand the event loop over");
+            BATON.set(Some(p));
+            return false;
+        }
+    }
+    true
+}
+
+/// Kills reach a loop as a wake: the signal is the waker of the token's future.
+struct KillSignal {
+    shared: Arc<Shared>,
+    slot: usize,
+    id: u64,
+}
+
+impl Wake for KillSignal {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.shared.inbox.lock().killed.push((self.slot, self.id));
+        let _ = self.shared.waker.wake();
+    }
+}
+
+/// How a thread's turn at polling ended.
+enum Ran {
+    Stopped,
+    /// It gave the loop away during a long command.
+    HandedOver,
+}
+
+/// Polls and serves until the loop is stopped or this thread gives it away.
+fn run(shared: &Shared, mut p: Box<Poller>) -> Ran {
+    loop {
+        // Connections still ready from the last round are served before any more
+        // time goes in waiting.
+        let timeout = if p.ready.is_empty() {
+            p.timers
+                .peek()
+                .map(|Reverse((t, ..))| t.saturating_duration_since(Instant::now()))
+        } else {
+            Some(Duration::ZERO)
+        };
+        let Poller {
+            poll,
+            events,
+            clients,
+            ready,
+            ..
+        } = &mut *p;
+        if let Err(e) = poll.poll(events, timeout) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                tracing::error!(error = %e, "event loop cannot poll");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            continue;
+        }
+        let mut woken = false;
+        for ev in events.iter() {
+            if ev.token() == WAKE {
+                woken = true;
+                continue;
+            }
+            let k = ev.token().0;
+            let Some(Some(c)) = clients.get_mut(k) else {
+                // Being served by a thread that gave the loop away: it is served
+                // again when it comes back.
+                continue;
+            };
+            if ev.is_read_closed() || ev.is_error() {
+                c.sock.read_closed.set(true);
+            }
+            if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                c.sock.readable.set(true);
+            }
+            if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
+                c.sock.writable.set(true);
+            }
+            if !c.queued {
+                c.queued = true;
+                ready.push_back(k);
+            }
+        }
+        if woken && p.take_inbox() {
+            *p.shared.stopped.lock() = true;
+            p.shared.stopped_cv.notify_all();
+            return Ran::Stopped;
+        }
+        p.fire_timers();
+
+        for _ in 0..p.ready.len() {
+            let Some(k) = p.ready.pop_front() else { break };
+            let Some(mut c) = p.clients.get_mut(k).and_then(Option::take) else {
+                continue;
+            };
+            c.queued = false;
+            BATON.set(Some(p));
+            let verdict = serve_guarded(&mut c);
+            match BATON.take() {
+                Some(back) => p = back,
+                None => {
+                    // The loop went to another thread during a long command: the
+                    // connection goes back to it, and this thread is done.
+                    shared.inbox.lock().returning.push((k, c, verdict));
+                    let _ = shared.waker.wake();
+                    return Ran::HandedOver;
+                }
+            }
+            p.settle(k, c, verdict);
+        }
+    }
+}
+
+/// [`serve`], with a panic (a bug in a command) costing the connection that
+/// caused it and nobody else, as a task's panic does on a tokio runtime: the
+/// loop and its other connections go on.
+fn serve_guarded(c: &mut Client) -> Verdict {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| serve(c))) {
+        Ok(verdict) => verdict,
+        Err(_) => {
+            tracing::error!(
+                client = c.conn.info().id,
+                "a command panicked: closing its client"
+            );
+            let finished = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                c.conn.finish(&c.server, Closed::Normal)
+            }));
+            if finished.is_err() {
+                c.server.clients.unregister(c.conn.info().id);
+            }
+            Verdict::Closed
+        }
+    }
+}
+
+/// Serves a connection that is ready (or killed, or due): reads what it sent,
+/// runs it and writes the replies.
+fn serve(c: &mut Client) -> Verdict {
+    let server = &*c.server;
+    let conn = &mut c.conn;
+    if c.killed {
+        // Shutdown or CLIENT KILL: hand over what is already computed.
+        conn.write_last(server, &c.sock);
+        return closed(c, Closed::Normal);
+    }
+    if std::mem::take(&mut c.due) && conn.idle_expired(server) {
+        tracing::debug!(client = conn.info().id, "closing idle client");
+        return closed(c, Closed::Normal);
+    }
+    if c.sock.readable.get() && conn.wants_read() {
+        if let Err(why) = conn.read(server, &c.sock) {
+            return closed(c, why);
+        }
+    }
+    match c.conn.run(server, &c.sock) {
+        Err(Closed::Protocol) => Verdict::ToTask { linger: true },
+        Err(why) => closed(c, why),
+        Ok(_) if !c.conn.plain() => Verdict::ToTask { linger: false },
+        Ok(Pass::Again) => Verdict::Again,
+        Ok(Pass::Wait) => {
+            let more_input = c.sock.readable.get() && c.conn.wants_read();
+            let more_output = c.sock.writable.get() && c.conn.wants_write();
+            if more_input || more_output {
+                Verdict::Again
+            } else {
+                Verdict::Wait
+            }
+        }
+    }
+}
+
+fn closed(c: &mut Client, why: Closed) -> Verdict {
+    c.conn.finish(&c.server, why);
+    Verdict::Closed
+}
+
+impl Poller {
+    /// Takes what other threads left in the inbox; true once the loop is to stop.
+    fn take_inbox(&mut self) -> bool {
+        let inbox = std::mem::take(&mut *self.shared.inbox.lock());
+        for a in inbox.arriving {
+            self.admit(a);
+        }
+        for (k, mut c, verdict) in inbox.returning {
+            // Whatever epoll said of it, or a kill, while it was away went
+            // unrecorded.
+            c.killed |= c.conn.info().kill.is_cancelled();
+            c.sock.readable.set(true);
+            c.sock.writable.set(true);
+            let verdict = match verdict {
+                Verdict::Wait => Verdict::Again,
+                v => v,
+            };
+            self.settle(k, c, verdict);
+        }
+        for (k, id) in inbox.killed {
+            self.wake_client(k, id, true);
+        }
+        inbox.stop
+    }
+
+    /// Takes a connection onto the loop.
+    fn admit(&mut self, a: Arriving) {
+        let Arriving {
+            stream,
+            server,
+            conn,
+            info,
+            tenancy,
+        } = a;
+        let fresh = conn.is_none();
+        if fresh {
+            let _ = stream.set_nodelay(true);
+            if let Some(keepalive) = server.config.keepalive() {
+                let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
+            }
+        }
+        let mut conn = conn.unwrap_or_else(|| Conn::new(&server, info.clone()));
+        let entry = self.clients.vacant_entry();
+        let k = entry.key();
+        let mut stream = TcpStream::from_std(stream);
+        let registered = self.poll.registry().register(
+            &mut stream,
+            Token(k),
+            Interest::READABLE | Interest::WRITABLE,
+        );
+        if let Err(e) = registered {
+            tracing::warn!(error = %e, "cannot serve a connection");
+            conn.finish(&server, Closed::Normal);
+            return;
+        }
+        let mut kill = Box::pin(info.kill.clone().cancelled_owned());
+        let signal = Waker::from(Arc::new(KillSignal {
+            shared: self.shared.clone(),
+            slot: k,
+            id: info.id,
+        }));
+        let killed = kill
+            .as_mut()
+            .poll(&mut Context::from_waker(&signal))
+            .is_ready();
+        entry.insert(Some(Box::new(Client {
+            // A connection coming back from a task may have input waiting, which
+            // registering with epoll reports only if more comes: look now.
+            sock: Sock {
+                stream,
+                readable: Cell::new(!fresh),
+                writable: Cell::new(!fresh),
+                read_closed: Cell::new(false),
+            },
+            conn,
+            server,
+            tenancy,
+            _kill: kill,
+            queued: false,
+            timer: None,
+            due: false,
+            killed,
+        })));
+        if killed || !fresh {
+            self.wake_client(k, info.id, false);
+        } else {
+            // A client that connects and never sends still has an idle timeout.
+            self.arm_timer(k);
+        }
+    }
+
+    /// Queues client `id` in slot `k` to be served, if it is still there.
+    fn wake_client(&mut self, k: usize, id: u64, killed: bool) {
+        if let Some(Some(c)) = self.clients.get_mut(k) {
+            if c.conn.info().id != id {
+                return;
+            }
+            c.killed |= killed;
+            if !c.queued {
+                c.queued = true;
+                self.ready.push_back(k);
+            }
+        }
+    }
+
+    /// Puts a connection that was served back in its slot, or lets it go.
+    fn settle(&mut self, k: usize, mut c: Box<Client>, verdict: Verdict) {
+        match verdict {
+            Verdict::Wait => {
+                self.clients[k] = Some(c);
+                self.arm_timer(k);
+            }
+            Verdict::Again => {
+                c.queued = true;
+                self.clients[k] = Some(c);
+                self.ready.push_back(k);
+            }
+            Verdict::Closed => {
+                self.clients.remove(k);
+            }
+            Verdict::ToTask { linger } => {
+                self.clients.remove(k);
+                self.hand_to_task(*c, linger);
+            }
+        }
+    }
+
+    /// Hands a connection to a task of the core's runtime.
+    fn hand_to_task(&mut self, c: Client, linger: bool) {
+        let Client {
+            sock,
+            mut conn,
+            server,
+            tenancy,
+            ..
+        } = c;
+        let mut stream = sock.stream;
+        let _ = self.poll.registry().deregister(&mut stream);
+        let stream = std::net::TcpStream::from(stream);
+        let shared = self.shared.clone();
+        self.shared.rt.spawn(async move {
+            let stream = match tokio::net::TcpStream::from_std(stream) {
+                Ok(s) => s,
+                Err(e) => return conn.finish(&server, Closed::Io(e)),
+            };
+            if let Some(mut conn) = task::serve(&server, &stream, conn, linger).await {
+                let info = conn.info().clone();
+                match stream.into_std() {
+                    Ok(stream) => shared.arrive([Arriving {
+                        stream,
+                        server,
+                        conn: Some(conn),
+                        info,
+                        tenancy,
+                    }]),
+                    Err(e) => conn.finish(&server, Closed::Io(e)),
+                }
+            }
+        });
+    }
+
+    /// Puts the client in slot `k` in the timer heap if it has a time to be
+    /// looked at. The heap may hold a later time for it (an idle timeout): one
+    /// that comes sooner (the soft output limit's) goes in too, and the later
+    /// one is skipped when it comes.
+    fn arm_timer(&mut self, k: usize) {
+        let Some(Some(c)) = self.clients.get_mut(k) else {
+            return;
+        };
+        if let Some(t) = c.conn.deadline(&c.server, Instant::now) {
+            if c.timer.is_none_or(|armed| t < armed) {
+                c.timer = Some(t);
+                self.timers.push(Reverse((t, k, c.conn.info().id)));
+            }
+        }
+    }
+
+    /// Looks at connections whose time has come: those idle past `timeout`
+    /// close, those over the soft output limit are checked against it; the
+    /// others, active since, go back in the heap at their new time.
+    fn fire_timers(&mut self) {
+        let now = Instant::now();
+        while let Some(&Reverse((t, k, id))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(Some(c)) = self.clients.get_mut(k) else {
+                continue;
+            };
+            if c.conn.info().id != id || c.timer != Some(t) {
+                continue;
+            }
+            c.timer = None;
+            match c.conn.deadline(&c.server, || now) {
+                Some(next) if next > now => {
+                    c.timer = Some(next);
+                    self.timers.push(Reverse((next, k, id)));
+                }
+                Some(_) => {
+                    c.due = true;
+                    self.wake_client(k, id, false);
+                }
+                None => {}
+            }
+        }
+    }
+}
