@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use crate::server::Server;
 use crate::session::ClientInfo;
 
-/// What a connection costs before any buffer: its task (the connection loop's
-/// state), registry entry, session and socket registration. Measured: `used_memory`
+/// What a connection costs before any buffer: its state on its loop (the
+/// connection's session and slot), registry entry, session and socket registration. Measured: `used_memory`
 /// grows by this much per idle connection (`tests/client_memory.rs` checks that the
 /// figure stays honest).
 pub const FIXED: u64 = 2_560;

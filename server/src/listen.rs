@@ -1,5 +1,5 @@
-//! Serving: one accept loop per bound address, a task per connection on one of
-//! the client loops ([`crate::loops`]), and an orderly shutdown that stops
+//! Serving: one accept loop per bound address, each connection on one of the
+//! client loops ([`crate::loops`]), and an orderly shutdown that stops
 //! accepting, tells every connection to finish and waits for them (mini-redis's
 //! shape, with tokio-util's `TaskTracker`).
 

@@ -1,13 +1,13 @@
-//! Long synchronous work on a runtime worker, without stalling the clients that
-//! share the worker.
+//! Long synchronous work on a client loop, without stalling the clients that
+//! share the loop.
 //!
-//! A command runs inside its connection's task. Most take microseconds, but a few
+//! A command runs on its connection's loop. Most take microseconds, but a few
 //! take long: loading a table of millions of ids, or rebuilding one that has run
-//! out of room. While such work runs, the worker runs nothing else — and the tasks
-//! queued on it, or the I/O driver it may hold, wait too: other clients' PINGs were
-//! measured waiting 300 ms behind one rebuild of a 4.8M-id set, on every thread
-//! count. [`offload`] hands the worker's other tasks to another thread for the
-//! duration (tokio's `block_in_place`), so only the client that asked waits.
+//! out of room. While such work runs, the loop serves nobody else: other clients'
+//! PINGs were measured waiting 300 ms behind one rebuild of a 4.8M-id set, on
+//! every thread count. [`offload`] hands the loop's other clients to another
+//! thread for the duration (an event loop's [`crate::evloop::hand_over`], a
+//! runtime worker's `block_in_place`), so only the client that asked waits.
 //!
 //! Not for every command: moving a worker costs a thread wake-up, which would
 //! double the cost of a fast command. Callers use it where the size of the work is
