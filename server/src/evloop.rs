@@ -118,8 +118,9 @@ struct Client {
     server: Arc<Server>,
     tenancy: Tenancy,
     /// The kill token's future, polled once with a [`KillSignal`] as its waker,
-    /// and kept so the signal stays registered.
-    _kill: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// and kept so the signal stays registered (until the client closes, which
+    /// cancels the token itself).
+    kill: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
     /// In the ready queue.
     queued: bool,
     /// The time it has in the timer heap, if any.
@@ -520,6 +521,8 @@ fn serve(c: &mut Client) -> Verdict {
 }
 
 fn closed(c: &mut Client, why: Closed) -> Verdict {
+    // Or closing would wake the loop for nothing.
+    c.kill = None;
     c.conn.finish(&c.server, why);
     Verdict::Closed
 }
@@ -532,9 +535,17 @@ impl Poller {
             self.admit(a);
         }
         for (k, mut c, verdict) in inbox.returning {
-            // Whatever epoll said of it, or a kill, while it was away went
-            // unrecorded.
+            // Whatever epoll said of it, a kill, or its time coming, while it
+            // was away went unrecorded: the kill is read from its token, the
+            // readiness from epoll again (a modification reports what is ready
+            // now, the peer's shutdown included), and its time is set anew.
             c.killed |= c.conn.info().kill.is_cancelled();
+            c.timer = None;
+            let _ = self.poll.registry().reregister(
+                &mut c.sock.stream,
+                Token(k),
+                Interest::READABLE | Interest::WRITABLE,
+            );
             c.sock.readable.set(true);
             c.sock.writable.set(true);
             let verdict = match verdict {
@@ -601,7 +612,7 @@ impl Poller {
             conn,
             server,
             tenancy,
-            _kill: kill,
+            kill: Some(kill),
             queued: false,
             timer: None,
             due: false,
@@ -698,6 +709,14 @@ impl Poller {
                 c.timer = Some(t);
                 self.timers.push(Reverse((t, k, c.conn.info().id)));
             }
+        }
+        // Entries of clients gone or re-armed stay until their time: with many
+        // short connections under a long `timeout`, only the live ones are kept.
+        if self.timers.len() > 2 * self.clients.len() + 1024 {
+            let clients = &self.clients;
+            self.timers.retain(|&Reverse((t, k, id))| {
+                matches!(clients.get(k), Some(Some(c)) if c.timer == Some(t) && c.conn.info().id == id)
+            });
         }
     }
 

@@ -1,14 +1,11 @@
 //! A connection served by a task of its core's runtime: one that waits for
 //! something other than its socket (a blocked command's key, a subscription's
-//! messages, MONITOR's feed, a lingering close), and the refusal of one over
-//! `maxclients`. Its loop is [`Conn`]'s pass, then a wait for whichever of those
-//! comes first; once nothing but its socket is left to wait for, it goes back to
-//! its event loop ([`crate::evloop`]).
+//! messages, MONITOR's feed, a lingering close). Its loop is [`Conn`]'s pass,
+//! then a wait for whichever of those comes first; once nothing but its socket
+//! is left to wait for, it goes back to its event loop ([`crate::evloop`]).
 
-use std::future::Future;
 use std::io;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use tokio::net::TcpStream;
@@ -77,9 +74,7 @@ async fn drive(server: &Server, stream: &TcpStream, conn: &mut Conn) -> Option<C
         // to finish writing, or it would never read. What waits is bounded by
         // `client-query-buffer-limit`, as any unread input is.
         let (want_read, want_write) = (conn.wants_read(), conn.wants_write());
-        let event = if conn.plain() {
-            wait_plain(stream, &mut killed, want_read, want_write, deadline).await
-        } else {
+        let event = {
             let Conn {
                 session,
                 parked,
@@ -150,42 +145,6 @@ impl Event {
     fn from_ready(r: io::Result<()>, ok: Event) -> Event {
         r.map_or_else(Event::Failed, |()| ok)
     }
-}
-
-/// The wait of a connection that is only reading requests and writing replies
-/// (nothing parked, no subscription, not MONITOR): most of them, and at `-P 1`
-/// one wait a request. The socket's readiness is polled in place
-/// (`poll_read_ready` keeps one waker in the socket's slot) rather than through
-/// `readable()` futures, which link a waiter into the socket's list and unlink
-/// it again each time, and only the sources this connection has are polled.
-async fn wait_plain(
-    stream: &TcpStream,
-    killed: &mut crate::cancel::Cancelled,
-    want_read: bool,
-    want_write: bool,
-    deadline: Option<Instant>,
-) -> Event {
-    let mut sleep = std::pin::pin!(sleep_until(deadline));
-    std::future::poll_fn(|cx| {
-        if std::pin::Pin::new(&mut *killed).poll(cx).is_ready() {
-            return Poll::Ready(Event::Killed);
-        }
-        if want_write {
-            if let Poll::Ready(r) = stream.poll_write_ready(cx) {
-                return Poll::Ready(Event::from_ready(r, Event::Handled));
-            }
-        }
-        if want_read {
-            if let Poll::Ready(r) = stream.poll_read_ready(cx) {
-                return Poll::Ready(Event::from_ready(r, Event::Readable));
-            }
-        }
-        if deadline.is_some() && sleep.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Event::Deadline);
-        }
-        Poll::Pending
-    })
-    .await
 }
 
 /// Sends what is pending (the error that explains the close), then reads and
