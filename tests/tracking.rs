@@ -239,6 +239,49 @@ fn bcast_and_redirect_match_redis() {
     assert!(ours.iter().any(|l| l == "broken true"), "{ours:#?}");
 }
 
+/// A RESP3 connection that neither subscribes nor tracks is sent the
+/// invalidations another client redirects to it while it sends nothing, also
+/// after HELLO 3, RESET and HELLO 3 in one write have replaced its queue
+/// between two waits.
+fn resp3_redirect_target_session(port: u16) -> Vec<String> {
+    let mut log = Vec::new();
+    let mut target = Conn::new(port);
+    target.set_timeout(Duration::from_secs(10));
+    let id = String::from_utf8_lossy(&target.call(&["CLIENT", "ID"]))
+        .trim_start_matches(':')
+        .trim()
+        .to_string();
+    let mut w = Conn::new(port);
+    let mut t = Conn::new(port);
+    target.call(&["HELLO", "3"]);
+    t.text(&["CLIENT", "TRACKING", "on", "REDIRECT", &id]);
+    t.text(&["GET", "rk"]);
+    w.text(&["SET", "rk", "1"]);
+    log.push(format!("unasked {:?}", target.frame()));
+    log.push(format!("then {}", target.text(&["PING", "p"])));
+    let mut three = Vec::new();
+    for args in [&["HELLO", "3"][..], &["RESET"], &["HELLO", "3"]] {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        three.extend(resp_cmd(&args));
+    }
+    target.s.write_all(&three).unwrap();
+    // The replies: HELLO's map (with versions that differ), +RESET, the map.
+    let replies: Vec<Frame> = (0..3).map(|_| target.frame()).collect();
+    log.push(format!("reset between {:?}", replies[1]));
+    t.text(&["GET", "rk"]);
+    w.text(&["SET", "rk", "2"]);
+    log.push(format!("new queue {:?}", target.frame()));
+    log
+}
+
+#[test]
+fn a_resp3_connection_is_sent_redirected_invalidations_unasked() {
+    let s = TestServer::start();
+    let r = RedisServer::start();
+    let ours = same_as_redis(resp3_redirect_target_session, s.port, r.port);
+    assert!(ours[0].starts_with("unasked Push("), "{ours:#?}");
+}
+
 fn push_keys(f: &Frame) -> Vec<String> {
     match f {
         Frame::Push(items) if items.len() == 2 => match &items[1] {

@@ -1,6 +1,6 @@
-//! The event loop of a core: one thread, one epoll (`mio`), and the connections
-//! that only send requests and read replies, kept in a slab and served in the
-//! order their sockets become ready, as Redis's `ae` loop serves its clients.
+//! The event loop of a core: one thread, one epoll (`mio`), and the core's
+//! connections, kept in a slab and served in the order their sockets become
+//! ready, as Redis's `ae` loop serves its clients.
 //!
 //! A task per connection on a tokio runtime cost a `-P 1` request ~500
 //! instructions more than Redis's (callgrind): registering readiness with the
@@ -9,14 +9,17 @@
 //! requests and writes their replies, with nothing between epoll and the
 //! connection.
 //!
-//! Everything a connection can wait for besides its socket stays with tokio: a
-//! connection that parks a command, subscribes, asks for invalidation messages
+//! Besides its socket, the loop waits for a connection's kill (CLIENT KILL,
+//! eviction, shutdown) and for its message queue (a subscriber's messages, the
+//! invalidations of client-side caching, which any RESP3 client may be sent):
+//! each is a future polled once with a waker that queues the connection's slot
+//! in the loop's inbox and wakes it through [`mio::Waker`] ([`Signal`]). The
+//! idle timeout and the soft output limit are a timer heap. The rarer waits stay
+//! with tokio: a connection that parks a command (a lease wait, CLIENT PAUSE)
 //! or becomes a MONITOR is handed, state and all, to a task of its core's
-//! runtime ([`crate::conn::task`]), and comes back once only its socket is left
-//! to wait for. So does one that broke the protocol, for its lingering close.
-//! What the loop still does itself: kills (CLIENT KILL, eviction, shutdown),
-//! which wake it through [`mio::Waker`], and the idle timeout and the soft output
-//! limit, kept in a timer heap.
+//! runtime ([`crate::conn::task`]), and comes back once it waits for nothing
+//! the loop does not. So does one that broke the protocol, for its lingering
+//! close.
 //!
 //! Long work ([`crate::offload`]) does what tokio's `block_in_place` does for a
 //! runtime worker: the thread running it gives the loop to a spare thread, which
@@ -95,8 +98,9 @@ struct Inbox {
     /// Connections whose thread gave the loop away while serving them
     /// ([`hand_over`]), with what serving them came to.
     returning: Vec<(usize, Box<Client>, Verdict)>,
-    /// Connections whose kill token fired: (slot, client id).
-    killed: Vec<(usize, u64)>,
+    /// Connections whose kill token fired or whose queue has messages:
+    /// (slot, client id, which).
+    signalled: Vec<(usize, u64, Cause)>,
     stop: bool,
 }
 
@@ -117,10 +121,19 @@ struct Client {
     conn: Conn,
     server: Arc<Server>,
     tenancy: Tenancy,
-    /// The kill token's future, polled once with a [`KillSignal`] as its waker,
-    /// and kept so the signal stays registered (until the client closes, which
+    /// The kill token's future, polled once with a [`Signal`] as its waker, and
+    /// kept so the signal stays registered (until the client closes, which
     /// cancels the token itself).
     kill: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
+    /// The [`Signal`] its message queue wakes, made when it first has one.
+    messages: Option<Waker>,
+    /// The queue that signal is registered with, until it fires: looking into
+    /// the queue again after each request would cost a RESP3 client ~150
+    /// instructions a request. Held, so that a later queue (after a RESET and
+    /// another HELLO 3) cannot have its address.
+    listening: Option<Arc<crate::pubsub::Subscriber>>,
+    /// Its queue signalled: move the messages into its output when serving it.
+    messages_due: bool,
     /// In the ready queue.
     queued: bool,
     /// The time it has in the timer heap, if any.
@@ -355,20 +368,41 @@ pub(crate) fn hand_over() -> bool {
     true
 }
 
-/// Kills reach a loop as a wake: the signal is the waker of the token's future.
-struct KillSignal {
+/// A kill, or messages for a connection, reach its loop as a wake: the waker
+/// of the kill token's future, or of the message queue's receiver, queues the
+/// connection's slot in the inbox.
+struct Signal {
     shared: Arc<Shared>,
     slot: usize,
     id: u64,
+    cause: Cause,
 }
 
-impl Wake for KillSignal {
+#[derive(Clone, Copy)]
+enum Cause {
+    Killed,
+    Messages,
+}
+
+impl Signal {
+    fn waker(shared: &Arc<Shared>, slot: usize, id: u64, cause: Cause) -> Waker {
+        Waker::from(Arc::new(Signal {
+            shared: shared.clone(),
+            slot,
+            id,
+            cause,
+        }))
+    }
+}
+
+impl Wake for Signal {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.shared.inbox.lock().killed.push((self.slot, self.id));
+        let signalled = (self.slot, self.id, self.cause);
+        self.shared.inbox.lock().signalled.push(signalled);
         let _ = self.shared.waker.wake();
     }
 }
@@ -494,6 +528,9 @@ fn serve(c: &mut Client) -> Verdict {
         conn.write_last(server, &c.sock);
         return closed(c, Closed::Normal);
     }
+    if std::mem::take(&mut c.messages_due) {
+        conn.take_messages();
+    }
     if std::mem::take(&mut c.due) && conn.idle_expired(server) {
         tracing::debug!(client = conn.info().id, "closing idle client");
         return closed(c, Closed::Normal);
@@ -535,11 +572,14 @@ impl Poller {
             self.admit(a);
         }
         for (k, mut c, verdict) in inbox.returning {
-            // Whatever epoll said of it, a kill, or its time coming, while it
-            // was away went unrecorded: the kill is read from its token, the
-            // readiness from epoll again (a modification reports what is ready
-            // now, the peer's shutdown included), and its time is set anew.
+            // Whatever epoll said of it, a kill, messages, or its time coming,
+            // while it was away went unrecorded: the kill is read from its
+            // token, the queue looked at, the readiness asked of epoll again (a
+            // modification reports what is ready now, the peer's shutdown
+            // included), and its time is set anew.
             c.killed |= c.conn.info().kill.is_cancelled();
+            c.messages_due = c.conn.has_queue();
+            c.listening = None;
             c.timer = None;
             let _ = self.poll.registry().reregister(
                 &mut c.sock.stream,
@@ -554,8 +594,8 @@ impl Poller {
             };
             self.settle(k, c, verdict);
         }
-        for (k, id) in inbox.killed {
-            self.wake_client(k, id, true);
+        for (k, id, cause) in inbox.signalled {
+            self.wake_client(k, id, Some(cause));
         }
         inbox.stop
     }
@@ -591,11 +631,7 @@ impl Poller {
             return;
         }
         let mut kill = Box::pin(info.kill.clone().cancelled_owned());
-        let signal = Waker::from(Arc::new(KillSignal {
-            shared: self.shared.clone(),
-            slot: k,
-            id: info.id,
-        }));
+        let signal = Signal::waker(&self.shared, k, info.id, Cause::Killed);
         let killed = kill
             .as_mut()
             .poll(&mut Context::from_waker(&signal))
@@ -609,30 +645,43 @@ impl Poller {
                 writable: Cell::new(!fresh),
                 read_closed: Cell::new(false),
             },
+            // Back from a task, it may have messages queued since the task last
+            // looked.
+            messages_due: !fresh && conn.has_queue(),
             conn,
             server,
             tenancy,
             kill: Some(kill),
+            messages: None,
+            listening: None,
             queued: false,
             timer: None,
             due: false,
             killed,
         })));
         if killed || !fresh {
-            self.wake_client(k, info.id, false);
+            self.wake_client(k, info.id, None);
         } else {
             // A client that connects and never sends still has an idle timeout.
             self.arm_timer(k);
         }
     }
 
-    /// Queues client `id` in slot `k` to be served, if it is still there.
-    fn wake_client(&mut self, k: usize, id: u64, killed: bool) {
+    /// Queues client `id` in slot `k` to be served, if it is still there, with
+    /// what signalled it.
+    fn wake_client(&mut self, k: usize, id: u64, cause: Option<Cause>) {
         if let Some(Some(c)) = self.clients.get_mut(k) {
             if c.conn.info().id != id {
                 return;
             }
-            c.killed |= killed;
+            match cause {
+                Some(Cause::Killed) => c.killed = true,
+                Some(Cause::Messages) => {
+                    c.messages_due = true;
+                    c.listening = None;
+                }
+                None => {}
+            }
             if !c.queued {
                 c.queued = true;
                 self.ready.push_back(k);
@@ -642,6 +691,11 @@ impl Poller {
 
     /// Puts a connection that was served back in its slot, or lets it go.
     fn settle(&mut self, k: usize, mut c: Box<Client>, verdict: Verdict) {
+        let verdict = match verdict {
+            // Messages that came while it was served are written now.
+            Verdict::Wait if self.messages_waiting(k, &mut c) => Verdict::Again,
+            v => v,
+        };
         match verdict {
             Verdict::Wait => {
                 self.clients[k] = Some(c);
@@ -660,6 +714,32 @@ impl Poller {
                 self.hand_to_task(*c, linger);
             }
         }
+    }
+
+    /// For a connection with a message queue that is to wait: registers its
+    /// signal with the queue, or, if messages are already there, moves them
+    /// into its output and says so.
+    fn messages_waiting(&self, k: usize, c: &mut Client) -> bool {
+        let Some(queue) = c.conn.queue() else {
+            return false;
+        };
+        if c.listening.as_ref().is_some_and(|l| Arc::ptr_eq(l, queue)) {
+            // Registered, and not fired since: every message sent fires it,
+            // one a pass then takes first too, and so does a pass that finds
+            // one half sent.
+            return false;
+        }
+        let queue = queue.clone();
+        let id = c.conn.info().id;
+        let waker = c
+            .messages
+            .get_or_insert_with(|| Signal::waker(&self.shared, k, id, Cause::Messages));
+        if c.conn.poll_messages(&mut Context::from_waker(waker)) {
+            c.listening = None;
+            return true;
+        }
+        c.listening = Some(queue);
+        false
     }
 
     /// Hands a connection to a task of the core's runtime.
@@ -744,7 +824,7 @@ impl Poller {
                 }
                 Some(_) => {
                     c.due = true;
-                    self.wake_client(k, id, false);
+                    self.wake_client(k, id, None);
                 }
                 None => {}
             }

@@ -1,7 +1,7 @@
 //! The loops that serve clients: per core, an event loop ([`crate::evloop`]) for
-//! connections that only send requests and read replies, and a runtime of its
-//! own, with one worker, its own epoll and its own timers, for those that wait
-//! for more (a blocked command, a subscription, MONITOR). A connection is handed
+//! connections that wait for their socket, their kill and their messages, and a
+//! runtime of its own, with one worker, its own epoll and its own timers, for
+//! those that wait for more (a blocked command, MONITOR). A connection is handed
 //! to the core with the fewest connections when it is accepted and lives there
 //! until it closes, as in Redis's I/O threads, Pelikan's workers or Dragonfly's
 //! shards, moving between the core's two loops as it needs.

@@ -22,6 +22,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::RwLock;
@@ -557,6 +558,17 @@ pub fn spublish(server: &Server, channel: &Bytes, message: &Bytes) -> usize {
 
 /// Waits for the next message for this connection; never resolves without a
 /// subscription.
+/// For a loop that waits on a waker of its own rather than a future
+/// ([`crate::evloop`]): the next message if one is waiting, or `None` with
+/// `cx`'s waker registered to be woken by the next one sent. A message another
+/// pass takes first ([`drain`]) still wakes it: a spurious wake, never a lost one.
+pub fn poll_next(session: &mut Session, cx: &mut Context<'_>) -> Option<Bytes> {
+    match session.pubsub.as_mut()?.rx.poll_recv(cx) {
+        Poll::Ready(msg) => msg,
+        Poll::Pending => None,
+    }
+}
+
 pub async fn next(sub: &mut Option<Box<Subscription>>) -> Option<Bytes> {
     match sub {
         Some(s) => s.rx.recv().await,
@@ -607,6 +619,12 @@ pub fn drain(session: &mut Session, out: &mut BytesMut) {
     let Some(sub) = session.pubsub.as_mut() else {
         return;
     };
+    // A RESP3 client's queue is mostly empty: one load instead of a look into
+    // the channel (its sender counts a message before sending it, so a message
+    // this misses is one that is still being sent, which then comes after).
+    if sub.me.queued.load(Relaxed) == 0 {
+        return;
+    }
     // Bounded per call, so a busy channel cannot keep this connection from
     // writing (and from being checked against its output limit).
     for _ in 0..1024 {

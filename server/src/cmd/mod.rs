@@ -349,8 +349,8 @@ impl<'a, 'v> Ctx<'a, 'v> {
     /// its own first and free that after encoding (~230 instructions of an
     /// unpipelined GET's ~5,400 in a callgrind profile). There is an output only
     /// for a plain command of a client with nothing to deliver around its reply:
-    /// not in EXEC or a script, and no message queue (made by a SUBSCRIBE, HELLO 3
-    /// or CLIENT TRACKING, and kept after them: see [`dispatch`]). A handler that
+    /// not in EXEC or a script, neither subscribed nor tracking (see
+    /// [`dispatch`]). A handler that
     /// writes its reply there calls [`replied`](Self::replied) and returns
     /// nothing else of use.
     pub fn view_and_output(&mut self) -> (&mut View<'a>, Option<&mut BytesMut>) {
@@ -484,9 +484,16 @@ pub fn dispatch(
         crate::pubsub::command_starts(session);
     }
     // A reply may go straight into the output only if nothing is to be delivered
-    // before it: a subscription's queue (RESP3 push messages, invalidations) is
-    // drained ahead of each reply, below.
-    let direct = session.pubsub.is_none() && !tracking;
+    // around it. A subscriber's messages and a tracking client's invalidations
+    // are (below): what its own command publishes comes before its reply, and
+    // what it reads is registered before invalidations are let out after it.
+    // The queue of a RESP3 client that is neither (HELLO 3 makes one, for the
+    // invalidations another client may redirect to it) only gets what other
+    // clients send: what came before the command goes out before its reply.
+    let direct = !tracking && !crate::pubsub::subscribed(session);
+    if direct {
+        crate::pubsub::drain(session, out.buf());
+    }
     let outcome = execute(server, session, args, resumed, direct.then(|| out.buf()));
     // ASKING covers the next command (until it answers: a parked one keeps it),
     // or the next transaction.

@@ -16,11 +16,11 @@
 //! apart from data.
 //!
 //! [`Conn`] is a connection's state and what it does between two waits; the
-//! waiting is its loop's. A connection that only sends requests and reads replies
-//! is served by an event loop of its core ([`crate::evloop`]); one that has to
-//! wait for something other than its socket (a blocked command, messages of a
-//! subscription, MONITOR's feed) is handed, state and all, to a task of that
-//! core's runtime ([`task`]). What each request asks of it comes back from
+//! waiting is its loop's. A connection is served by an event loop of its core
+//! ([`crate::evloop`]), which waits for its socket, its kill and its message
+//! queue; one that has to wait for more (a blocked command, MONITOR's feed) is
+//! handed, state and all, to a task of that core's runtime ([`task`]). What
+//! each request asks of it comes back from
 //! [`cmd::dispatch`] as a [`Flow`], and a command that has to wait is kept and
 //! woken by [`crate::blocking`].
 
@@ -135,11 +135,42 @@ impl Conn {
         &self.session.info
     }
 
-    /// Whether only its socket can give this connection something to do: nothing
-    /// parked, no subscription or tracking queue, not a MONITOR. Such a
-    /// connection can be served by an event loop.
+    /// Whether an event loop can serve this connection: nothing parked, not a
+    /// MONITOR. Besides its socket, such a connection waits at most for its
+    /// message queue ([`has_queue`](Self::has_queue)), which the loop polls with
+    /// a waker of its own.
     pub(crate) fn plain(&self) -> bool {
-        self.parked.is_none() && self.session.monitor.is_none() && self.session.pubsub.is_none()
+        self.parked.is_none() && self.session.monitor.is_none()
+    }
+
+    /// Whether messages can come to this connection unasked: it has a message
+    /// queue, made by HELLO 3 (a RESP3 client takes the invalidations another
+    /// client redirects to it), a SUBSCRIBE or CLIENT TRACKING.
+    pub(crate) fn has_queue(&self) -> bool {
+        self.session.pubsub.is_some()
+    }
+
+    /// Its message queue, as senders see it: which queue a waker was
+    /// registered with.
+    pub(crate) fn queue(&self) -> Option<&Arc<pubsub::Subscriber>> {
+        self.session.pubsub.as_ref().map(|s| s.me())
+    }
+
+    /// Moves the messages waiting in the queue into the output, ahead of
+    /// whatever this pass answers.
+    pub(crate) fn take_messages(&mut self) {
+        pubsub::drain(&mut self.session, self.wbuf.buf());
+    }
+
+    /// Registers `cx`'s waker for the next message, or moves the messages that
+    /// are already waiting into the output and says so: the connection then has
+    /// output to write instead of a wait.
+    pub(crate) fn poll_messages(&mut self, cx: &mut std::task::Context<'_>) -> bool {
+        let Some(msg) = pubsub::poll_next(&mut self.session, cx) else {
+            return false;
+        };
+        pubsub::deliver(Some(msg), &mut self.session, self.wbuf.buf());
+        true
     }
 
     /// Whether the next wait is for input: not once the connection is closing.

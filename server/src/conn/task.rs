@@ -1,8 +1,9 @@
 //! A connection served by a task of its core's runtime: one that waits for
-//! something other than its socket (a blocked command's key, a subscription's
-//! messages, MONITOR's feed, a lingering close). Its loop is [`Conn`]'s pass,
-//! then a wait for whichever of those comes first; once nothing but its socket
-//! is left to wait for, it goes back to its event loop ([`crate::evloop`]).
+//! more than an event loop does (a blocked command's key, MONITOR's feed, a
+//! lingering close). Its loop is [`Conn`]'s pass, then a wait for whichever
+//! comes first of those, its socket, its kill and its messages; once it waits
+//! for nothing the event loop does not ([`Conn::plain`]), it goes back to it
+//! ([`crate::evloop`]).
 
 use std::io;
 use std::sync::Arc;
@@ -17,8 +18,8 @@ use crate::observe::monitor;
 use crate::pubsub;
 use crate::server::Server;
 
-/// Serves `conn` on `stream` until it closes, or until only its socket is left
-/// to wait for: then it is returned, for the caller to hand back to an event
+/// Serves `conn` on `stream` until it closes, or until an event loop can serve
+/// it again: then it is returned, for the caller to hand back to an event
 /// loop. A connection that broke the protocol (`linger`) only gets its error
 /// and a lingering close.
 pub(crate) async fn serve(
@@ -42,7 +43,7 @@ pub(crate) async fn serve(
     None
 }
 
-/// Runs the connection's loop; `None` once only its socket is left to wait for.
+/// Runs the connection's loop; `None` once an event loop can serve it again.
 async fn drive(server: &Server, stream: &TcpStream, conn: &mut Conn) -> Option<Closed> {
     // Created once, and cheap to poll on every pass (see `cancel`).
     let mut killed = crate::cancel::Cancelled::new(conn.info().kill.clone());
