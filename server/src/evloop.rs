@@ -33,11 +33,13 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::future::Future;
 use std::io;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use parking_lot::{Condvar, Mutex};
@@ -81,6 +83,8 @@ struct Shared {
 /// loop; more, made when hand-overs overlap, end after [`SPARE_KEEP`] idle.
 #[derive(Default)]
 struct Spares {
+    /// The loop's threads, polling, spare or busy with long work.
+    threads: usize,
     idle: usize,
     /// The loop, handed over and not yet taken by a spare.
     baton: Option<Box<Poller>>,
@@ -90,6 +94,11 @@ struct Spares {
 /// How long a spare thread beyond the first waits for a hand-over before it
 /// ends (tokio's blocking pool keeps its threads as long).
 const SPARE_KEEP: Duration = Duration::from_secs(10);
+/// Most threads a loop has at once. Each long command running makes one more
+/// when none is spare; past this many, the next runs on the thread that polls,
+/// and the loop's other clients wait for it as they would in Redis, rather than
+/// a flood of big requests making a thread each.
+const MAX_THREADS: usize = 64;
 
 #[derive(Default)]
 struct Inbox {
@@ -287,11 +296,15 @@ impl Shared {
 /// Starts a thread of the loop: its poller when given the loop, else a spare.
 fn spawn_thread(shared: &Arc<Shared>, poller: Option<Box<Poller>>) -> io::Result<()> {
     let name = format!("relcache-loop-{}", shared.index);
-    let shared = shared.clone();
-    std::thread::Builder::new()
+    shared.spares.lock().threads += 1;
+    let counted = shared.clone();
+    let spawned = std::thread::Builder::new()
         .name(name)
-        .spawn(move || thread_main(shared, poller))
-        .map(drop)
+        .spawn(move || thread_main(counted, poller));
+    if spawned.is_err() {
+        shared.spares.lock().threads -= 1;
+    }
+    spawned.map(drop)
 }
 
 fn thread_main(shared: Arc<Shared>, mut poller: Option<Box<Poller>>) {
@@ -300,12 +313,23 @@ fn thread_main(shared: Arc<Shared>, mut poller: Option<Box<Poller>>) {
     let _entered = rt.enter();
     loop {
         let Some(p) = poller.take().or_else(|| wait_for_loop(&shared)) else {
-            return;
+            break;
         };
-        if let Ran::Stopped = run(&shared, p) {
-            return;
+        let ran = std::panic::catch_unwind(AssertUnwindSafe(|| run(&shared, p)));
+        match ran {
+            Ok(Ran::Stopped) => break,
+            Ok(Ran::HandedOver) => {}
+            Err(_) => {
+                // A bug in the loop's own bookkeeping (a command's panic is
+                // caught around its connection): the loop is gone with its
+                // clients' state, and every connection of this core would hang
+                // in silence. Redis ends on a failed assertion; so does this.
+                tracing::error!(core = shared.index, "event loop panicked: aborting");
+                std::process::abort();
+            }
         }
     }
+    shared.spares.lock().threads -= 1;
 }
 
 /// Waits, as a spare, for the loop to be handed over; `None` once this thread
@@ -348,6 +372,11 @@ pub(crate) fn hand_over() -> bool {
     };
     let shared = poller.shared.clone();
     let mut spares = shared.spares.lock();
+    if spares.idle == 0 && spares.threads >= MAX_THREADS {
+        drop(spares);
+        BATON.set(Some(poller));
+        return false;
+    }
     spares.baton = Some(poller);
     let idle = spares.idle;
     drop(spares);
@@ -500,14 +529,14 @@ fn run(shared: &Shared, mut p: Box<Poller>) -> Ran {
 /// caused it and nobody else, as a task's panic does on a tokio runtime: the
 /// loop and its other connections go on.
 fn serve_guarded(c: &mut Client) -> Verdict {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| serve(c))) {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| serve(c))) {
         Ok(verdict) => verdict,
         Err(_) => {
             tracing::error!(
                 client = c.conn.info().id,
                 "a command panicked: closing its client"
             );
-            let finished = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let finished = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 c.conn.finish(&c.server, Closed::Normal)
             }));
             if finished.is_err() {
@@ -760,7 +789,19 @@ impl Poller {
                 Ok(s) => s,
                 Err(e) => return conn.finish(&server, Closed::Io(e)),
             };
-            if let Some(mut conn) = task::serve(&server, &stream, conn, linger).await {
+            let info = conn.info().clone();
+            let served = AssertUnwindSafe(task::serve(&server, &stream, conn, linger))
+                .catch_unwind()
+                .await;
+            let Ok(served) = served else {
+                // As on the loop: a command's panic costs its connection only,
+                // which must not stay listed as a client once it is gone.
+                tracing::error!(client = info.id, "a command panicked: closing its client");
+                info.kill.cancel();
+                server.clients.unregister(info.id);
+                return;
+            };
+            if let Some(mut conn) = served {
                 let info = conn.info().clone();
                 match stream.into_std() {
                     Ok(stream) => shared.arrive([Arriving {
