@@ -395,6 +395,58 @@ fn reset_and_disconnect_unsubscribe_everything() {
     assert_eq!(publish(&mut con), 0);
 }
 
+/// Subscribers that wait with nothing to send, spread over the event loops,
+/// each hear every message of a burst, in order: a publish signals each of them
+/// (the first signal since a loop last looked wakes it, and it serves them all);
+/// a lone subscriber hears a lone message.
+#[test]
+fn every_waiting_subscriber_hears_a_burst_in_order() {
+    const SUBSCRIBERS: usize = 200;
+    const MESSAGES: usize = 50;
+    let s = TestServer::start();
+    let mut lone = Conn::new(s.port);
+    lone.call(&["SUBSCRIBE", "lone"]);
+    lone.set_timeout(Duration::from_secs(10));
+    let mut con = s.conn();
+    let heard: usize = redis::cmd("PUBLISH")
+        .arg("lone")
+        .arg("only")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(heard, 1);
+    let frame = format!("{:?}", lone.frame());
+    assert!(frame.contains("only"), "{frame}");
+
+    let mut subs: Vec<Conn> = (0..SUBSCRIBERS)
+        .map(|i| {
+            let mut c = Conn::new(s.port);
+            if i % 2 == 1 {
+                c.call(&["HELLO", "3"]);
+            }
+            c.call(&["SUBSCRIBE", "burst"]);
+            c.set_timeout(Duration::from_secs(10));
+            c
+        })
+        .collect();
+    for m in 0..MESSAGES {
+        let heard: usize = redis::cmd("PUBLISH")
+            .arg("burst")
+            .arg(format!("m{m}"))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(heard, SUBSCRIBERS);
+    }
+    for (i, sub) in subs.iter_mut().enumerate() {
+        for m in 0..MESSAGES {
+            let frame = format!("{:?}", sub.frame());
+            assert!(
+                frame.contains(&format!("m{m}\"")) && frame.contains("message"),
+                "subscriber {i}, message {m}: {frame}"
+            );
+        }
+    }
+}
+
 /// A subscriber that never reads is closed once what waits for it passes the
 /// `pubsub` class's hard limit: the server does not hold its backlog, the
 /// publisher is never blocked, and other clients are served throughout.

@@ -39,7 +39,6 @@ use std::sync::Arc;
 use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 
-use futures_util::FutureExt;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use parking_lot::{Condvar, Mutex};
@@ -66,7 +65,7 @@ struct Shared {
     waker: mio::Waker,
     inbox: Mutex<Inbox>,
     /// The runtime of the loop's core: where its connections go when they have
-    /// more to wait for than their socket.
+    /// more to wait for than the loop waits for.
     rt: tokio::runtime::Handle,
     /// Raised by the thread that polls last, as it stops.
     stopped: Mutex<bool>,
@@ -75,9 +74,10 @@ struct Shared {
     spares_cv: Condvar,
 }
 
-/// The loop's threads that are not polling. The one that gave the loop away
-/// last, once done with its long work, waits here for the next hand-over, so a
-/// hand-over wakes a thread rather than making one: making one maps its stack,
+/// The loop's threads, and the spares among them: those not polling or busy
+/// with long work. The one that gave the loop away last, once done with its
+/// long work, waits here for the next hand-over, so a hand-over wakes a thread
+/// rather than making one: making one maps its stack,
 /// which waits behind the `munmap` of the very value a DEL is freeing (a PING
 /// waited 34 ms behind a DEL of 256 MB that way). One spare is made with the
 /// loop; more, made when hand-overs overlap, end after [`SPARE_KEEP`] idle.
@@ -211,14 +211,15 @@ impl Sock {
 
 /// What serving a connection came to.
 enum Verdict {
-    /// Wait for its socket.
+    /// Wait for its socket, its kill, its messages or its time.
     Wait,
     /// Serve it again after the others ready now.
     Again,
     /// It has closed and let go of its place.
     Closed,
-    /// It has more to wait for than its socket: to a task, which first sends
-    /// the protocol error and closes when `linger`.
+    /// It has more to wait for than the loop waits for (a parked command,
+    /// MONITOR's feed): to a task, which first sends the protocol error and
+    /// closes when `linger`.
     ToTask { linger: bool },
 }
 
@@ -430,9 +431,16 @@ impl Wake for Signal {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        let signalled = (self.slot, self.id, self.cause);
-        self.shared.inbox.lock().signalled.push(signalled);
-        let _ = self.shared.waker.wake();
+        let mut inbox = self.shared.inbox.lock();
+        inbox.signalled.push((self.slot, self.id, self.cause));
+        // A PUBLISH to many subscribers of one loop signals each of them: the
+        // first signal since the loop last took its inbox wakes it, and the
+        // loop takes all of them at once.
+        let first = inbox.signalled.len() == 1;
+        drop(inbox);
+        if first {
+            let _ = self.shared.waker.wake();
+        }
     }
 }
 
@@ -532,16 +540,7 @@ fn serve_guarded(c: &mut Client) -> Verdict {
     match std::panic::catch_unwind(AssertUnwindSafe(|| serve(c))) {
         Ok(verdict) => verdict,
         Err(_) => {
-            tracing::error!(
-                client = c.conn.info().id,
-                "a command panicked: closing its client"
-            );
-            let finished = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                c.conn.finish(&c.server, Closed::Normal)
-            }));
-            if finished.is_err() {
-                c.server.clients.unregister(c.conn.info().id);
-            }
+            c.conn.finish_after_panic(&c.server);
             Verdict::Closed
         }
     }
@@ -750,6 +749,8 @@ impl Poller {
     /// into its output and says so.
     fn messages_waiting(&self, k: usize, c: &mut Client) -> bool {
         let Some(queue) = c.conn.queue() else {
+            // No queue (a RESET): the old one is let go.
+            c.listening = None;
             return false;
         };
         if c.listening.as_ref().is_some_and(|l| Arc::ptr_eq(l, queue)) {
@@ -789,19 +790,7 @@ impl Poller {
                 Ok(s) => s,
                 Err(e) => return conn.finish(&server, Closed::Io(e)),
             };
-            let info = conn.info().clone();
-            let served = AssertUnwindSafe(task::serve(&server, &stream, conn, linger))
-                .catch_unwind()
-                .await;
-            let Ok(served) = served else {
-                // As on the loop: a command's panic costs its connection only,
-                // which must not stay listed as a client once it is gone.
-                tracing::error!(client = info.id, "a command panicked: closing its client");
-                info.kill.cancel();
-                server.clients.unregister(info.id);
-                return;
-            };
-            if let Some(mut conn) = served {
+            if let Some(mut conn) = task::serve(&server, &stream, conn, linger).await {
                 let info = conn.info().clone();
                 match stream.into_std() {
                     Ok(stream) => shared.arrive([Arriving {

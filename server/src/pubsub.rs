@@ -556,8 +556,6 @@ pub fn spublish(server: &Server, channel: &Bytes, message: &Bytes) -> usize {
     subs.len()
 }
 
-/// Waits for the next message for this connection; never resolves without a
-/// subscription.
 /// For a loop that waits on a waker of its own rather than a future
 /// ([`crate::evloop`]): the next message if one is waiting, or `None` with
 /// `cx`'s waker registered to be woken by the next one sent. A message another
@@ -569,6 +567,8 @@ pub fn poll_next(session: &mut Session, cx: &mut Context<'_>) -> Option<Bytes> {
     }
 }
 
+/// Waits for the next message for this connection; never resolves without a
+/// queue.
 pub async fn next(sub: &mut Option<Box<Subscription>>) -> Option<Bytes> {
     match sub {
         Some(s) => s.rx.recv().await,

@@ -137,8 +137,9 @@ impl Conn {
 
     /// Whether an event loop can serve this connection: nothing parked, not a
     /// MONITOR. Besides its socket, such a connection waits at most for its
-    /// message queue ([`has_queue`](Self::has_queue)), which the loop polls with
-    /// a waker of its own.
+    /// kill, its time (the idle timeout, the soft output limit) and its message
+    /// queue ([`has_queue`](Self::has_queue)), which the loop polls with wakers
+    /// of its own.
     pub(crate) fn plain(&self) -> bool {
         self.parked.is_none() && self.session.monitor.is_none()
     }
@@ -435,6 +436,21 @@ impl Conn {
             &self.decoder,
             &self.session,
         )
+    }
+
+    /// Closes a connection one of whose commands panicked, as any closing
+    /// connection (its subscriptions, tracking, blocked count and watches go
+    /// with it); should that panic too, it is at least killed and unlisted.
+    pub(crate) fn finish_after_panic(&mut self, server: &Server) {
+        let info = self.session.info.clone();
+        tracing::error!(client = info.id, "a command panicked: closing its client");
+        let finished = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.finish(server, Closed::Normal)
+        }));
+        if finished.is_err() {
+            info.kill.cancel();
+            server.clients.unregister(info.id);
+        }
     }
 
     /// Lets go of the connection's place on the server once it has closed, and

@@ -6,9 +6,11 @@
 //! ([`crate::evloop`]).
 
 use std::io;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -21,7 +23,7 @@ use crate::server::Server;
 /// Serves `conn` on `stream` until it closes, or until an event loop can serve
 /// it again: then it is returned, for the caller to hand back to an event
 /// loop. A connection that broke the protocol (`linger`) only gets its error
-/// and a lingering close.
+/// and a lingering close. A panic in one of its commands closes it.
 pub(crate) async fn serve(
     server: &Arc<Server>,
     stream: &TcpStream,
@@ -31,9 +33,17 @@ pub(crate) async fn serve(
     let closed = if linger {
         Closed::Protocol
     } else {
-        match drive(server, stream, &mut conn).await {
-            None => return Some(conn),
-            Some(closed) => closed,
+        // A command's panic costs its connection only, as on the event loop.
+        match AssertUnwindSafe(drive(server, stream, &mut conn))
+            .catch_unwind()
+            .await
+        {
+            Ok(None) => return Some(conn),
+            Ok(Some(closed)) => closed,
+            Err(_) => {
+                conn.finish_after_panic(server);
+                return None;
+            }
         }
     };
     if let Closed::Protocol = closed {
