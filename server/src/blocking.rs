@@ -12,11 +12,14 @@
 //! Everything about being blocked lives here: the wait, the parked command, the
 //! `blocked_clients` count and CLIENT LIST's `b` flag, and CLIENT UNBLOCK's request,
 //! which crosses from another connection through the [`ClientInfo`] registry entry.
-//! The connection loop only runs a due command again and waits on the signals. This
+//! The connection's loop only runs a due command again and waits on the signals. This
 //! module depends on no command code (commands depend on its [`Wait`]), so the
 //! command families and the connection loop form no cycle.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
@@ -112,6 +115,38 @@ pub fn rerun_ended(
             None
         }
     }
+}
+
+/// A parked command's two wake-ups as owned futures, for a loop that polls
+/// them with wakers of its own ([`crate::evloop`]) rather than awaiting them:
+/// its wait's signal, and CLIENT UNBLOCK's. Made afresh for each wait, they
+/// miss nothing: the wait's signal is a version the copy compares with, and a
+/// CLIENT UNBLOCK that came first is kept by the signal as a permit.
+pub fn signals(parked: &Parked, info: &Arc<ClientInfo>) -> [Signal; 2] {
+    let mut wake = parked.wait.wake.clone();
+    let info = info.clone();
+    [
+        Box::pin(async move {
+            // An error means the sender is gone: the lease ended, a wake-up too.
+            let _ = wake.changed().await;
+        }),
+        Box::pin(async move { info.unblock_signal.notified().await }),
+    ]
+}
+
+/// One of a parked command's wake-ups ([`signals`]).
+pub type Signal = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Marks the parked command woken (its signal fired), so it runs again next.
+pub fn wake(parked: &mut Option<Parked>) {
+    if let Some(p) = parked {
+        p.woken = true;
+    }
+}
+
+/// Whether the parked command waits for its signal: parked and not woken.
+pub fn waiting(parked: &Option<Parked>) -> bool {
+    parked.as_ref().is_some_and(|p| !p.woken)
 }
 
 /// Resolves when the parked command's wake signal fires; never without one.

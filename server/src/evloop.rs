@@ -10,16 +10,16 @@
 //! connection.
 //!
 //! Besides its socket, the loop waits for a connection's kill (CLIENT KILL,
-//! eviction, shutdown) and for its message queue (a subscriber's messages, the
-//! invalidations of client-side caching, which any RESP3 client may be sent):
-//! each is a future polled once with a waker that queues the connection's slot
-//! in the loop's inbox and wakes it through [`mio::Waker`] ([`Signal`]). The
-//! idle timeout and the soft output limit are a timer heap. The rarer waits stay
-//! with tokio: a connection that parks a command (a lease wait, CLIENT PAUSE)
-//! or becomes a MONITOR is handed, state and all, to a task of its core's
-//! runtime ([`crate::conn::task`]), and comes back once it waits for nothing
-//! the loop does not. So does one that broke the protocol, for its lingering
-//! close.
+//! eviction, shutdown), its message queue (a subscriber's messages, the
+//! invalidations of client-side caching, which any RESP3 client may be sent)
+//! and its parked command's signals (a lease ending, CLIENT UNBLOCK): each is a
+//! future polled with a waker that queues the connection's slot in the loop's
+//! inbox and wakes it through [`mio::Waker`] ([`Signal`]). The idle timeout,
+//! the soft output limit and a parked command's recheck are a timer heap. A
+//! MONITOR, whose feed is a stream of its own, is handed, state and all, to a
+//! task of its core's tokio runtime ([`crate::conn::task`]), and comes back
+//! when it stops being one; so is a connection that broke the protocol, for
+//! its lingering close.
 //!
 //! Long work ([`crate::offload`]) does what tokio's `block_in_place` does for a
 //! runtime worker: the thread running it gives the loop to a spare thread, which
@@ -46,6 +46,7 @@ use slab::Slab;
 use tokio::time::Instant;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
+use crate::blocking;
 use crate::conn::{task, Closed, Conn, Pass, Socket};
 use crate::loops::Tenancy;
 use crate::server::Server;
@@ -143,6 +144,8 @@ struct Client {
     listening: Option<Arc<crate::pubsub::Subscriber>>,
     /// Its queue signalled: move the messages into its output when serving it.
     messages_due: bool,
+    /// Its parked command's signals, made when it first parks.
+    park: Option<Box<ParkSignals>>,
     /// In the ready queue.
     queued: bool,
     /// The time it has in the timer heap, if any.
@@ -151,6 +154,15 @@ struct Client {
     due: bool,
     /// Its kill token fired (a flag, not the token: reading that takes a lock).
     killed: bool,
+}
+
+/// A parked command's wake-up and CLIENT UNBLOCK's, polled with the client's
+/// [`Signal`].
+struct ParkSignals {
+    waker: Waker,
+    /// The futures of the park numbered `.0`, kept so they stay registered;
+    /// dropped once one fires, or the park ends.
+    live: Option<(u64, [blocking::Signal; 2])>,
 }
 
 /// A socket and the readiness epoll last reported for it, cleared when a read or
@@ -217,9 +229,8 @@ enum Verdict {
     Again,
     /// It has closed and let go of its place.
     Closed,
-    /// It has more to wait for than the loop waits for (a parked command,
-    /// MONITOR's feed): to a task, which first sends the protocol error and
-    /// closes when `linger`.
+    /// It has more to wait for than the loop waits for (MONITOR's feed): to a
+    /// task, which first sends the protocol error and closes when `linger`.
     ToTask { linger: bool },
 }
 
@@ -412,6 +423,8 @@ struct Signal {
 enum Cause {
     Killed,
     Messages,
+    /// The parked command's wake-up, or CLIENT UNBLOCK's.
+    Parked,
 }
 
 impl Signal {
@@ -608,6 +621,9 @@ impl Poller {
             c.killed |= c.conn.info().kill.is_cancelled();
             c.messages_due = c.conn.has_queue();
             c.listening = None;
+            if let Some(park) = &mut c.park {
+                park.live = None;
+            }
             c.timer = None;
             let _ = self.poll.registry().reregister(
                 &mut c.sock.stream,
@@ -682,6 +698,7 @@ impl Poller {
             kill: Some(kill),
             messages: None,
             listening: None,
+            park: None,
             queued: false,
             timer: None,
             due: false,
@@ -708,6 +725,13 @@ impl Poller {
                     c.messages_due = true;
                     c.listening = None;
                 }
+                Some(Cause::Parked) => {
+                    // The fired future is done: both are made again and
+                    // polled once the client has been served, and say which.
+                    if let Some(park) = &mut c.park {
+                        park.live = None;
+                    }
+                }
                 None => {}
             }
             if !c.queued {
@@ -720,8 +744,11 @@ impl Poller {
     /// Puts a connection that was served back in its slot, or lets it go.
     fn settle(&mut self, k: usize, mut c: Box<Client>, verdict: Verdict) {
         let verdict = match verdict {
-            // Messages that came while it was served are written now.
-            Verdict::Wait if self.messages_waiting(k, &mut c) => Verdict::Again,
+            // Messages that came while it was served are written now, and a
+            // parked command whose signal came runs again.
+            Verdict::Wait if self.messages_waiting(k, &mut c) || self.park_signalled(k, &mut c) => {
+                Verdict::Again
+            }
             v => v,
         };
         match verdict {
@@ -769,6 +796,44 @@ impl Poller {
             return true;
         }
         c.listening = Some(queue);
+        false
+    }
+
+    /// For a connection whose parked command is to wait: registers its
+    /// signals, once a park, or, if one has fired, marks the command woken or
+    /// has it answer CLIENT UNBLOCK, and says so.
+    fn park_signalled(&self, k: usize, c: &mut Client) -> bool {
+        let Some(seq) = c.conn.park_waiting() else {
+            if let Some(park) = &mut c.park {
+                park.live = None;
+            }
+            return false;
+        };
+        let id = c.conn.info().id;
+        let park = c.park.get_or_insert_with(|| {
+            Box::new(ParkSignals {
+                waker: Signal::waker(&self.shared, k, id, Cause::Parked),
+                live: None,
+            })
+        });
+        if park.live.as_ref().is_some_and(|(live, _)| *live == seq) {
+            return false;
+        }
+        park.live = None;
+        let Some(mut signals) = c.conn.park_signals() else {
+            return false;
+        };
+        let [woken, unblocked] = &mut signals;
+        let cx = &mut Context::from_waker(&park.waker);
+        if woken.as_mut().poll(cx).is_ready() {
+            c.conn.wake_parked();
+            return true;
+        }
+        if unblocked.as_mut().poll(cx).is_ready() {
+            c.conn.unblock(&c.server);
+            return true;
+        }
+        park.live = Some((seq, signals));
         false
     }
 

@@ -1,10 +1,11 @@
 //! The loops that serve clients: per core, an event loop ([`crate::evloop`]) for
-//! connections that wait for their socket, their kill and their messages, and a
-//! runtime of its own, with one worker, its own epoll and its own timers, for
-//! those that wait for more (a blocked command, MONITOR). A connection is handed
-//! to the core with the fewest connections when it is accepted and lives there
-//! until it closes, as in Redis's I/O threads, Pelikan's workers or Dragonfly's
-//! shards, moving between the core's two loops as it needs.
+//! connections that wait for their socket, their kill, their messages and
+//! their parked commands, and a runtime of its own, with one worker, its own
+//! epoll and its own timers, for what the event loop does not wait for
+//! (MONITOR's feed, a lingering close). A connection is handed to the core
+//! with the fewest connections when it is accepted and lives there until it
+//! closes, as in Redis's I/O threads, Pelikan's workers or Dragonfly's shards,
+//! moving between the core's two loops as it needs.
 //!
 //! One runtime with a worker per core (tokio's work-stealing scheduler) cost ~15%
 //! more CPU per pipelined GET than a single worker serving the same load (1.3×

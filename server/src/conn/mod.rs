@@ -17,12 +17,12 @@
 //!
 //! [`Conn`] is a connection's state and what it does between two waits; the
 //! waiting is its loop's. A connection is served by an event loop of its core
-//! ([`crate::evloop`]), which waits for its socket, its kill and its message
-//! queue; one that has to wait for more (a blocked command, MONITOR's feed) is
-//! handed, state and all, to a task of that core's runtime ([`task`]). What
-//! each request asks of it comes back from
-//! [`cmd::dispatch`] as a [`Flow`], and a command that has to wait is kept and
-//! woken by [`crate::blocking`].
+//! ([`crate::evloop`]), which waits for its socket, its kill, its message queue
+//! and its parked command's signals; a MONITOR, whose feed is a stream of its
+//! own, is handed, state and all, to a task of that core's runtime ([`task`]).
+//! What each request asks of it comes back from [`cmd::dispatch`] as a
+//! [`Flow`], and a command that has to wait is kept and woken by
+//! [`crate::blocking`].
 
 mod socket;
 pub mod task;
@@ -109,6 +109,8 @@ pub(crate) struct Conn {
     /// A blocking command waiting for its key; requests behind it wait with it, so
     /// replies stay in order.
     parked: Option<Parked>,
+    /// Parks so far: which park a loop's registered signals are for.
+    parks: u64,
 }
 
 impl Conn {
@@ -128,6 +130,7 @@ impl Conn {
             over_soft_since: None,
             closing: false,
             parked: None,
+            parks: 0,
         }
     }
 
@@ -135,13 +138,38 @@ impl Conn {
         &self.session.info
     }
 
-    /// Whether an event loop can serve this connection: nothing parked, not a
-    /// MONITOR. Besides its socket, such a connection waits at most for its
-    /// kill, its time (the idle timeout, the soft output limit) and its message
-    /// queue ([`has_queue`](Self::has_queue)), which the loop polls with wakers
-    /// of its own.
+    /// Whether an event loop can serve this connection: anything but a
+    /// MONITOR. Besides its socket, such a connection waits for its kill, its
+    /// time (the idle timeout, the soft output limit, a parked command's
+    /// recheck), its message queue ([`has_queue`](Self::has_queue)) and its
+    /// parked command's signals ([`park_signals`](Self::park_signals)), which
+    /// the loop polls with wakers of its own.
     pub(crate) fn plain(&self) -> bool {
-        self.parked.is_none() && self.session.monitor.is_none()
+        self.session.monitor.is_none()
+    }
+
+    /// While a parked command waits for its signals: which park it is (a loop
+    /// registers the signals of each park once).
+    pub(crate) fn park_waiting(&self) -> Option<u64> {
+        blocking::waiting(&self.parked).then_some(self.parks)
+    }
+
+    /// The parked command's wake-up and CLIENT UNBLOCK's, as futures for a loop
+    /// to poll with its own wakers; for a connection [`park_waiting`](Self::park_waiting).
+    pub(crate) fn park_signals(&self) -> Option<[blocking::Signal; 2]> {
+        let parked = self.parked.as_ref()?;
+        Some(blocking::signals(parked, &self.session.info))
+    }
+
+    /// The parked command's signal fired: it runs again in the next pass.
+    pub(crate) fn wake_parked(&mut self) {
+        blocking::wake(&mut self.parked);
+    }
+
+    /// CLIENT UNBLOCK's signal fired: the parked command answers now, if the
+    /// request is for it.
+    pub(crate) fn unblock(&mut self, server: &Server) {
+        blocking::on_unblock(server, &self.session, &mut self.parked, self.wbuf.buf());
     }
 
     /// Whether messages can come to this connection unasked: it has a message
@@ -197,6 +225,7 @@ impl Conn {
                     Flow::Continue | Flow::Close => None,
                 };
             self.parked = blocking::rerun_ended(server, &info, args, wait);
+            self.parks += u64::from(self.parked.is_some());
         }
         self.decoder.set_limits(limits(server, &self.session));
         if self.args.capacity() == 0 && !self.rbuf.is_empty() {
@@ -310,6 +339,7 @@ impl Conn {
             Flow::Close => self.closing = true,
             Flow::Park(wait) => {
                 self.parked = Some(blocking::park(server, &session.info, &mut self.args, wait));
+                self.parks += 1;
                 return Ok(());
             }
         }
@@ -387,10 +417,10 @@ impl Conn {
     }
 
     /// When this connection next needs looking at if nothing happens on its
-    /// socket: its idle timeout, or the end of its time over the soft output
-    /// limit. A blocked client, a subscriber and a MONITOR are not idle: Redis
-    /// exempts them from `timeout` too (they wait for the server, not it for
-    /// them). A parked command's own recheck is the task's business.
+    /// socket: its idle timeout, the end of its time over the soft output
+    /// limit, or its parked command's recheck. A blocked client, a subscriber
+    /// and a MONITOR are not idle: Redis exempts them from `timeout` too (they
+    /// wait for the server, not it for them).
     /// `now` is read only if there is an idle timeout, and is the caller's: a
     /// time not yet passed comes out after it, one that has comes out as it.
     pub(crate) fn deadline(
@@ -405,7 +435,11 @@ impl Conn {
         let soft = self.over_soft_since.map(|since| {
             since + Duration::from_secs(output_limit(server, &self.session).soft_seconds)
         });
-        idle.into_iter().chain(soft).min()
+        let recheck = self
+            .parked
+            .as_ref()
+            .map(|p| Instant::from_std(p.recheck_at()));
+        idle.into_iter().chain(soft).chain(recheck).min()
     }
 
     /// Whether the client has been idle past `timeout`.

@@ -1,7 +1,7 @@
 //! A connection served by a task of its core's runtime: one that waits for
-//! more than an event loop does (a blocked command's key, MONITOR's feed, a
-//! lingering close). Its loop is [`Conn`]'s pass, then a wait for whichever
-//! comes first of those, its socket, its kill and its messages; once it waits
+//! more than an event loop does (MONITOR's feed, a lingering close). Its loop
+//! is [`Conn`]'s pass, then a wait for whichever comes first of its feed, its
+//! socket, its kill, its messages and a parked command's signals; once it waits
 //! for nothing the event loop does not ([`Conn::plain`]), it goes back to it
 //! ([`crate::evloop`]).
 
@@ -71,15 +71,7 @@ async fn drive(server: &Server, stream: &TcpStream, conn: &mut Conn) -> Option<C
         if conn.plain() {
             return None;
         }
-        let recheck = conn
-            .parked
-            .as_ref()
-            .map(|p| Instant::from_std(p.recheck_at()));
-        let deadline = conn
-            .deadline(server, Instant::now)
-            .into_iter()
-            .chain(recheck)
-            .min();
+        let deadline = conn.deadline(server, Instant::now);
         // Input is read even while requests are held back: a client that writes a
         // whole pipeline before reading any reply (redis-py, hiredis) must be able
         // to finish writing, or it would never read. What waits is bounded by
