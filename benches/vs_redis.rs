@@ -7,7 +7,9 @@
 //! per connection) — runs
 //! `redis-benchmark -t get,set -n N -r 100000 -d 64 --csv` against both servers,
 //! alternating which goes first, for R rounds, and prints the median req/s of each
-//! and their ratio.
+//! and their ratio. GET with `-r` runs once more at each depth in RESP3 (`-3`,
+//! the default of go-redis 9 and Lettuce): a RESP3 connection has a message
+//! queue, which a server must also wait on.
 //!
 //! Environment: `BENCH_ROUNDS` (default 3), `BENCH_REQUESTS` (N for `-P 1`, default
 //! 200000; the pipelined runs use 5×N so they last long enough to measure),
@@ -51,7 +53,20 @@ struct Config {
     test: &'static str,
     pipeline: u32,
     spread: bool,
+    resp3: bool,
     requests: u64,
+}
+
+impl Config {
+    /// The table's keys column: `-r` or `hot`, and `-3` in RESP3.
+    fn keys(&self) -> &'static str {
+        match (self.spread, self.resp3) {
+            (true, false) => "-r",
+            (false, false) => "hot",
+            (true, true) => "-r -3",
+            (false, true) => "hot -3",
+        }
+    }
 }
 
 /// Runs one redis-benchmark of `c` against the server `pid` listening on `port`.
@@ -75,6 +90,9 @@ fn run_benchmark(port: u16, pid: u32, c: Config) -> Row {
     ];
     if c.spread {
         args.extend(["-r".into(), "100000".into()]);
+    }
+    if c.resp3 {
+        args.push("-3".into());
     }
     let cpu_before = harness::cpu_ns(pid);
     let out = Command::new(harness::tool("redis-benchmark"))
@@ -152,10 +170,18 @@ fn main() {
                     test,
                     pipeline,
                     spread,
+                    resp3: false,
                     requests: n,
                 });
             }
         }
+        configs.push(Config {
+            test: "GET",
+            pipeline,
+            spread: true,
+            resp3: true,
+            requests: n,
+        });
     }
     let mut cells: Vec<(Config, Cell)> = configs.iter().map(|&c| (c, Cell::default())).collect();
 
@@ -178,7 +204,7 @@ fn main() {
                     "round {} -P {:<2} {:<6} {:<8} {:<3} {:>10.0} req/s  p50 {:.3} ms  {:>6.0} ns CPU/req",
                     round + 1,
                     c.pipeline,
-                    if c.spread { "-r" } else { "hot" },
+                    c.keys(),
                     if is_relcache { "relcache" } else { "redis" },
                     c.test,
                     row.rps,
@@ -196,7 +222,7 @@ fn main() {
 
     println!();
     println!(
-        "{:<4} {:>3} {:<5} {:>14} {:>14} {:>6}   {:>12} {:>12} {:>6}   {:>8} {:>8}",
+        "{:<4} {:>3} {:<6} {:>14} {:>14} {:>6}   {:>12} {:>12} {:>6}   {:>8} {:>8}",
         "test",
         "-P",
         "keys",
@@ -218,10 +244,10 @@ fn main() {
             med(&cell.redis, |r| r.cpu_ns),
         );
         println!(
-            "{:<4} {:>3} {:<5} {ra:>14.0} {rb:>14.0} {:>6.2}   {ca:>12.0} {cb:>12.0} {:>6.2}   {:>8.3} {:>8.3}",
+            "{:<4} {:>3} {:<6} {ra:>14.0} {rb:>14.0} {:>6.2}   {ca:>12.0} {cb:>12.0} {:>6.2}   {:>8.3} {:>8.3}",
             c.test,
             c.pipeline,
-            if c.spread { "-r" } else { "hot" },
+            c.keys(),
             ra / rb,
             ca / cb,
             med(&cell.relcache, |r| r.p50_ms),
