@@ -108,8 +108,8 @@ struct Inbox {
     /// Connections whose thread gave the loop away while serving them
     /// ([`hand_over`]), with what serving them came to.
     returning: Vec<(usize, Box<Client>, Verdict)>,
-    /// Connections whose kill token fired or whose queue has messages:
-    /// (slot, client id, which).
+    /// Connections whose kill token fired, whose queue has messages or whose
+    /// parked command was signalled: (slot, client id, which).
     signalled: Vec<(usize, u64, Cause)>,
     stop: bool,
 }
@@ -146,11 +146,14 @@ struct Client {
     messages_due: bool,
     /// Its parked command's signals, made when it first parks.
     park: Option<Box<ParkSignals>>,
+    /// CLIENT UNBLOCK's signal fired: have its parked command answer.
+    unblocked: bool,
     /// In the ready queue.
     queued: bool,
     /// The time it has in the timer heap, if any.
     timer: Option<Instant>,
-    /// Its time in the heap has come: look at the idle timeout.
+    /// Its time in the heap has come: look at the idle timeout (a parked
+    /// command's recheck is looked at by the pass itself).
     due: bool,
     /// Its kill token fired (a flag, not the token: reading that takes a lock).
     killed: bool,
@@ -223,7 +226,8 @@ impl Sock {
 
 /// What serving a connection came to.
 enum Verdict {
-    /// Wait for its socket, its kill, its messages or its time.
+    /// Wait for its socket, its kill, its messages, its parked command's
+    /// signals or its time.
     Wait,
     /// Serve it again after the others ready now.
     Again,
@@ -409,9 +413,9 @@ pub(crate) fn hand_over() -> bool {
     true
 }
 
-/// A kill, or messages for a connection, reach its loop as a wake: the waker
-/// of the kill token's future, or of the message queue's receiver, queues the
-/// connection's slot in the inbox.
+/// A kill, messages, or a parked command's wake-up reach a connection's loop
+/// as a wake: the waker of the kill token's future, of the message queue's
+/// receiver or of the park's signals queues the connection's slot in the inbox.
 struct Signal {
     shared: Arc<Shared>,
     slot: usize,
@@ -572,6 +576,9 @@ fn serve(c: &mut Client) -> Verdict {
     if std::mem::take(&mut c.messages_due) {
         conn.take_messages();
     }
+    if std::mem::take(&mut c.unblocked) {
+        conn.unblock(server);
+    }
     if std::mem::take(&mut c.due) && conn.idle_expired(server) {
         tracing::debug!(client = conn.info().id, "closing idle client");
         return closed(c, Closed::Normal);
@@ -699,6 +706,7 @@ impl Poller {
             messages: None,
             listening: None,
             park: None,
+            unblocked: false,
             queued: false,
             timer: None,
             due: false,
@@ -746,8 +754,15 @@ impl Poller {
         let verdict = match verdict {
             // Messages that came while it was served are written now, and a
             // parked command whose signal came runs again.
-            Verdict::Wait if self.messages_waiting(k, &mut c) || self.park_signalled(k, &mut c) => {
-                Verdict::Again
+            // Both are looked at: one must not keep the other from registering.
+            Verdict::Wait => {
+                let messages = self.messages_waiting(k, &mut c);
+                let parked = self.park_signalled(k, &mut c);
+                if messages || parked {
+                    Verdict::Again
+                } else {
+                    Verdict::Wait
+                }
             }
             v => v,
         };
@@ -830,7 +845,8 @@ impl Poller {
             return true;
         }
         if unblocked.as_mut().poll(cx).is_ready() {
-            c.conn.unblock(&c.server);
+            // Answered when it is served, where a panic costs this client only.
+            c.unblocked = true;
             return true;
         }
         park.live = Some((seq, signals));
@@ -896,8 +912,9 @@ impl Poller {
     }
 
     /// Looks at connections whose time has come: those idle past `timeout`
-    /// close, those over the soft output limit are checked against it; the
-    /// others, active since, go back in the heap at their new time.
+    /// close, those over the soft output limit are checked against it, a
+    /// parked command whose recheck has come runs again; the others, active
+    /// since, go back in the heap at their new time.
     fn fire_timers(&mut self) {
         let now = Instant::now();
         while let Some(&Reverse((t, k, id))) = self.timers.peek() {

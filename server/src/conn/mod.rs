@@ -421,8 +421,9 @@ impl Conn {
     /// limit, or its parked command's recheck. A blocked client, a subscriber
     /// and a MONITOR are not idle: Redis exempts them from `timeout` too (they
     /// wait for the server, not it for them).
-    /// `now` is read only if there is an idle timeout, and is the caller's: a
-    /// time not yet passed comes out after it, one that has comes out as it.
+    /// `now` is read only if there is an idle timeout, and is the caller's: an
+    /// idle deadline not yet passed comes out after it, one that has comes out
+    /// as it (a passed recheck comes out as itself, before it).
     pub(crate) fn deadline(
         &self,
         server: &Server,
