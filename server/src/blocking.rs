@@ -149,18 +149,6 @@ pub fn waiting(parked: &Option<Parked>) -> bool {
     parked.as_ref().is_some_and(|p| !p.woken)
 }
 
-/// Resolves when the parked command's wake signal fires; never without one.
-pub async fn woken(parked: &mut Option<Parked>) {
-    match parked {
-        Some(p) if !p.woken => {
-            // An error means the sender is gone: the lease ended, which is a wake-up too.
-            let _ = p.wait.wake.changed().await;
-            p.woken = true;
-        }
-        _ => std::future::pending().await,
-    }
-}
-
 /// How CLIENT UNBLOCK ends a parked command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]

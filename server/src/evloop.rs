@@ -11,15 +11,14 @@
 //!
 //! Besides its socket, the loop waits for a connection's kill (CLIENT KILL,
 //! eviction, shutdown), its message queue (a subscriber's messages, the
-//! invalidations of client-side caching, which any RESP3 client may be sent)
-//! and its parked command's signals (a lease ending, CLIENT UNBLOCK): each is a
-//! future polled with a waker that queues the connection's slot in the loop's
-//! inbox and wakes it through [`mio::Waker`] ([`Signal`]). The idle timeout,
-//! the soft output limit and a parked command's recheck are a timer heap. A
-//! MONITOR, whose feed is a stream of its own, is handed, state and all, to a
-//! task of its core's tokio runtime ([`crate::conn::task`]), and comes back
-//! when it stops being one; so is a connection that broke the protocol, for
-//! its lingering close.
+//! invalidations of client-side caching, which any RESP3 client may be sent),
+//! a MONITOR's feed and its parked command's signals (a lease ending, CLIENT
+//! UNBLOCK): each is a future polled with a waker that queues the connection's
+//! slot in the loop's inbox and wakes it through [`mio::Waker`] ([`Signal`]).
+//! The idle timeout, the soft output limit and a parked command's recheck are
+//! a timer heap. A connection lives on its loop until it closes; only one that
+//! broke the protocol goes to a task of its core's tokio runtime, for its
+//! lingering close ([`crate::conn::task`]).
 //!
 //! Long work ([`crate::offload`]) does what tokio's `block_in_place` does for a
 //! runtime worker: the thread running it gives the loop to a spare thread, which
@@ -118,9 +117,6 @@ struct Inbox {
 pub(crate) struct Arriving {
     pub stream: std::net::TcpStream,
     pub server: Arc<Server>,
-    /// `None` for a connection just accepted: socket options are set, and a
-    /// session is made, on the loop.
-    pub conn: Option<Conn>,
     pub info: Arc<crate::session::ClientInfo>,
     pub tenancy: Tenancy,
 }
@@ -233,9 +229,9 @@ enum Verdict {
     Again,
     /// It has closed and let go of its place.
     Closed,
-    /// It has more to wait for than the loop waits for (MONITOR's feed): to a
-    /// task, which first sends the protocol error and closes when `linger`.
-    ToTask { linger: bool },
+    /// It broke the protocol: to a task, which sends the error and closes after
+    /// draining its input for a moment.
+    Linger,
 }
 
 /// The loop itself: owned by the one thread that polls.
@@ -589,9 +585,8 @@ fn serve(c: &mut Client) -> Verdict {
         }
     }
     match c.conn.run(server, &c.sock) {
-        Err(Closed::Protocol) => Verdict::ToTask { linger: true },
+        Err(Closed::Protocol) => Verdict::Linger,
         Err(why) => closed(c, why),
-        Ok(_) if !c.conn.plain() => Verdict::ToTask { linger: false },
         Ok(Pass::Again) => Verdict::Again,
         Ok(Pass::Wait) => {
             let more_input = c.sock.readable.get() && c.conn.wants_read();
@@ -656,18 +651,14 @@ impl Poller {
         let Arriving {
             stream,
             server,
-            conn,
             info,
             tenancy,
         } = a;
-        let fresh = conn.is_none();
-        if fresh {
-            let _ = stream.set_nodelay(true);
-            if let Some(keepalive) = server.config.keepalive() {
-                let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
-            }
+        let _ = stream.set_nodelay(true);
+        if let Some(keepalive) = server.config.keepalive() {
+            let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
         }
-        let mut conn = conn.unwrap_or_else(|| Conn::new(&server, info.clone()));
+        let mut conn = Conn::new(&server, info.clone());
         let entry = self.clients.vacant_entry();
         let k = entry.key();
         let mut stream = TcpStream::from_std(stream);
@@ -688,17 +679,13 @@ impl Poller {
             .poll(&mut Context::from_waker(&signal))
             .is_ready();
         entry.insert(Some(Box::new(Client {
-            // A connection coming back from a task may have input waiting, which
-            // registering with epoll reports only if more comes: look now.
             sock: Sock {
                 stream,
-                readable: Cell::new(!fresh),
-                writable: Cell::new(!fresh),
+                readable: Cell::new(false),
+                writable: Cell::new(false),
                 read_closed: Cell::new(false),
             },
-            // Back from a task, it may have messages queued since the task last
-            // looked.
-            messages_due: !fresh && conn.has_queue(),
+            messages_due: false,
             conn,
             server,
             tenancy,
@@ -712,7 +699,7 @@ impl Poller {
             due: false,
             killed,
         })));
-        if killed || !fresh {
+        if killed {
             self.wake_client(k, info.id, None);
         } else {
             // A client that connects and never sends still has an idle timeout.
@@ -779,39 +766,55 @@ impl Poller {
             Verdict::Closed => {
                 self.clients.remove(k);
             }
-            Verdict::ToTask { linger } => {
+            Verdict::Linger => {
                 self.clients.remove(k);
-                self.hand_to_task(*c, linger);
+                self.linger(*c);
             }
         }
     }
 
-    /// For a connection with a message queue that is to wait: registers its
-    /// signal with the queue, or, if messages are already there, moves them
-    /// into its output and says so.
+    /// For a connection with a message queue or a MONITOR feed that is to
+    /// wait: registers its signal with them, or, if messages are already
+    /// there, moves them into its output and says so.
     fn messages_waiting(&self, k: usize, c: &mut Client) -> bool {
-        let Some(queue) = c.conn.queue() else {
-            // No queue (a RESET): the old one is let go.
-            c.listening = None;
-            return false;
-        };
-        if c.listening.as_ref().is_some_and(|l| Arc::ptr_eq(l, queue)) {
+        let monitor = c.conn.is_monitor();
+        let registered = match c.conn.queue() {
+            None => {
+                // No queue (a RESET): the old one is let go.
+                c.listening = None;
+                true
+            }
             // Registered, and not fired since: every message sent fires it,
             // one a pass then takes first too, and so does a pass that finds
             // one half sent.
+            Some(queue) => c.listening.as_ref().is_some_and(|l| Arc::ptr_eq(l, queue)),
+        };
+        if registered && !monitor {
             return false;
         }
-        let queue = queue.clone();
         let id = c.conn.info().id;
-        let waker = c
-            .messages
-            .get_or_insert_with(|| Signal::waker(&self.shared, k, id, Cause::Messages));
-        if c.conn.poll_messages(&mut Context::from_waker(waker)) {
-            c.listening = None;
-            return true;
+        let Client {
+            conn,
+            messages,
+            listening,
+            ..
+        } = c;
+        let waker =
+            messages.get_or_insert_with(|| Signal::waker(&self.shared, k, id, Cause::Messages));
+        let cx = &mut Context::from_waker(waker);
+        // A MONITOR's feed, looked into after every pass: it sends nothing of
+        // its own, so a pass follows a line.
+        let mut moved = monitor && conn.poll_monitor(cx);
+        if !registered {
+            let queue = conn.queue().cloned();
+            if conn.poll_messages(cx) {
+                *listening = None;
+                moved = true;
+            } else {
+                *listening = queue;
+            }
         }
-        c.listening = Some(queue);
-        false
+        moved
     }
 
     /// For a connection whose parked command is to wait: registers its
@@ -853,11 +856,12 @@ impl Poller {
         false
     }
 
-    /// Hands a connection to a task of the core's runtime.
-    fn hand_to_task(&mut self, c: Client, linger: bool) {
+    /// Hands a connection that broke the protocol to a task of the core's
+    /// runtime, for its lingering close.
+    fn linger(&mut self, c: Client) {
         let Client {
             sock,
-            mut conn,
+            conn,
             server,
             tenancy,
             ..
@@ -865,25 +869,10 @@ impl Poller {
         let mut stream = sock.stream;
         let _ = self.poll.registry().deregister(&mut stream);
         let stream = std::net::TcpStream::from(stream);
-        let shared = self.shared.clone();
         self.shared.rt.spawn(async move {
-            let stream = match tokio::net::TcpStream::from_std(stream) {
-                Ok(s) => s,
-                Err(e) => return conn.finish(&server, Closed::Io(e)),
-            };
-            if let Some(mut conn) = task::serve(&server, &stream, conn, linger).await {
-                let info = conn.info().clone();
-                match stream.into_std() {
-                    Ok(stream) => shared.arrive([Arriving {
-                        stream,
-                        server,
-                        conn: Some(conn),
-                        info,
-                        tenancy,
-                    }]),
-                    Err(e) => conn.finish(&server, Closed::Io(e)),
-                }
-            }
+            task::linger(server, stream, conn).await;
+            // The connection is the server's until it has closed.
+            drop(tenancy);
         });
     }
 

@@ -9,7 +9,6 @@
 // Only what the binary needs is public, so the compiler reports dead code.
 pub mod alloc;
 mod blocking;
-mod cancel;
 mod client_memory;
 mod clock;
 mod cluster;

@@ -1,11 +1,9 @@
-//! The loops that serve clients: per core, an event loop ([`crate::evloop`]) for
-//! connections that wait for their socket, their kill, their messages and
-//! their parked commands, and a runtime of its own, with one worker, its own
-//! epoll and its own timers, for what the event loop does not wait for
-//! (MONITOR's feed, a lingering close). A connection is handed to the core
-//! with the fewest connections when it is accepted and lives there until it
-//! closes, as in Redis's I/O threads, Pelikan's workers or Dragonfly's shards,
-//! moving between the core's two loops as it needs.
+//! The loops that serve clients: per core, an event loop ([`crate::evloop`]),
+//! and a runtime of its own, with one worker, its own epoll and its own timers,
+//! for a lingering close and the tasks commands spawn. A connection is handed
+//! to the core with the fewest connections when it is accepted and lives on its
+//! event loop until it closes, as in Redis's I/O threads, Pelikan's workers or
+//! Dragonfly's shards.
 //!
 //! One runtime with a worker per core (tokio's work-stealing scheduler) cost ~15%
 //! more CPU per pipelined GET than a single worker serving the same load (1.3×
@@ -99,7 +97,6 @@ impl Loops {
             batches[i].push(Arriving {
                 stream,
                 server: server.clone(),
-                conn: None,
                 info,
                 tenancy: Tenancy {
                     _tracked: tracker.token(),

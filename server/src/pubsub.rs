@@ -3,7 +3,7 @@
 //! The registry maps each channel, and each pattern, to its subscribers. PUBLISH
 //! encodes a message once per protocol and hands the bytes to every receiver's
 //! queue; the receiver's connection loop moves them into its output like any reply
-//! ([`next`], [`deliver`]). Publishing never waits on a subscriber, so a subscriber
+//! ([`poll_next`], [`deliver`]). Publishing never waits on a subscriber, so a subscriber
 //! that stops reading could make the server hold an unbounded backlog: every send
 //! is therefore checked against the `pubsub` class of `client-output-buffer-limit`
 //! (what is queued plus what waits in the connection's output), and a subscriber
@@ -564,15 +564,6 @@ pub fn poll_next(session: &mut Session, cx: &mut Context<'_>) -> Option<Bytes> {
     match session.pubsub.as_mut()?.rx.poll_recv(cx) {
         Poll::Ready(msg) => msg,
         Poll::Pending => None,
-    }
-}
-
-/// Waits for the next message for this connection; never resolves without a
-/// queue.
-pub async fn next(sub: &mut Option<Box<Subscription>>) -> Option<Bytes> {
-    match sub {
-        Some(s) => s.rx.recv().await,
-        None => std::future::pending().await,
     }
 }
 

@@ -17,10 +17,10 @@
 //!
 //! [`Conn`] is a connection's state and what it does between two waits; the
 //! waiting is its loop's. A connection is served by an event loop of its core
-//! ([`crate::evloop`]), which waits for its socket, its kill, its message queue
-//! and its parked command's signals; a MONITOR, whose feed is a stream of its
-//! own, is handed, state and all, to a task of that core's runtime ([`task`]).
-//! What each request asks of it comes back from [`cmd::dispatch`] as a
+//! ([`crate::evloop`]), which waits for its socket, its kill, its message
+//! queue, a MONITOR's feed and its parked command's signals; one that broke the
+//! protocol gets its lingering close from a task of that core's runtime
+//! ([`task`]). What each request asks of it comes back from [`cmd::dispatch`] as a
 //! [`Flow`], and a command that has to wait is kept and woken by
 //! [`crate::blocking`].
 
@@ -41,6 +41,7 @@ use crate::client_memory::{self, Footprint};
 use crate::clock::Stamp;
 use crate::cmd::{self, Flow};
 use crate::config::OutputLimit;
+use crate::observe::monitor;
 use crate::offload::{offload, LARGE_ARGS, LARGE_REQUEST};
 use crate::output::Output;
 use crate::pubsub;
@@ -138,14 +139,21 @@ impl Conn {
         &self.session.info
     }
 
-    /// Whether an event loop can serve this connection: anything but a
-    /// MONITOR. Besides its socket, such a connection waits for its kill, its
-    /// time (the idle timeout, the soft output limit, a parked command's
-    /// recheck), its message queue ([`has_queue`](Self::has_queue)) and its
-    /// parked command's signals ([`park_signals`](Self::park_signals)), which
-    /// the loop polls with wakers of its own.
-    pub(crate) fn plain(&self) -> bool {
-        self.session.monitor.is_none()
+    /// Whether this connection is a MONITOR, fed every command others run.
+    pub(crate) fn is_monitor(&self) -> bool {
+        self.session.monitor.is_some()
+    }
+
+    /// Moves the MONITOR lines waiting into the output, or registers `cx`'s
+    /// waker for the next one; true if it moved any, or the feed ended.
+    pub(crate) fn poll_monitor(&mut self, cx: &mut std::task::Context<'_>) -> bool {
+        match monitor::poll_next(&mut self.session.monitor, cx) {
+            std::task::Poll::Ready(line) => {
+                monitor::deliver(line, &mut self.session.monitor, self.wbuf.buf());
+                true
+            }
+            std::task::Poll::Pending => false,
+        }
     }
 
     /// While a parked command waits for its signals: which park it is (a loop

@@ -3,10 +3,12 @@
 //! MONITOR gives its connection a [`Feed`], the receiving end of a channel; every
 //! command other clients run afterwards is formatted once, as Redis formats it
 //! (`+<unix>.<µs> [0 <addr>] "cmd" "arg" …`), and sent to each feed. The
-//! connection loop appends what arrives to its output like any reply, so a monitor
+//! connection's event loop appends what arrives to its output like any reply, so a monitor
 //! that stops reading is held to `client-output-buffer-limit` like any client.
 //! Dropping the feed (disconnect, RESET) ends the subscription; the registry
 //! forgets a feed the next time a send to it fails.
+
+use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
@@ -66,11 +68,13 @@ pub fn stop(server: &Server, session: &mut Session) {
     }
 }
 
-/// Waits for the next line for this connection; never resolves without a feed.
-pub async fn next(feed: &mut Option<Feed>) -> Option<Bytes> {
+/// The next line for this connection, polled with its event loop's waker
+/// ([`crate::evloop`]); `Ready(None)` once the registry dropped the sender, and
+/// `Pending` without a feed.
+pub fn poll_next(feed: &mut Option<Feed>, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
     match feed {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
+        Some(rx) => rx.poll_recv(cx),
+        None => Poll::Pending,
     }
 }
 
