@@ -40,9 +40,9 @@ struct Loop {
     conns: Arc<AtomicUsize>,
 }
 
-/// A connection's hold on its core and on the server's shutdown, whichever of
-/// the core's loops serves it: the server waits for every tenancy to end, and
-/// the core counts its tenancies.
+/// A connection's hold on its core and on the server's shutdown, on its event
+/// loop or in its lingering close: the server waits for every tenancy to end,
+/// and the core counts its tenancies.
 pub(crate) struct Tenancy {
     _tracked: TaskTrackerToken,
     _leaving: Leaving,
@@ -52,8 +52,7 @@ pub struct Loops {
     loops: Vec<Loop>,
 }
 
-/// Takes one off its loop's count when the connection's task ends, however it
-/// ends.
+/// Takes one off its loop's count when the connection ends, however it ends.
 struct Leaving(Arc<AtomicUsize>);
 
 impl Drop for Leaving {
