@@ -621,7 +621,7 @@ impl Poller {
             // modification reports what is ready now, the peer's shutdown
             // included), and its time is set anew.
             c.killed |= c.conn.info().kill.is_cancelled();
-            c.messages_due = c.conn.has_queue();
+            c.messages_due = c.conn.queue().is_some();
             c.listening = None;
             if let Some(park) = &mut c.park {
                 park.live = None;

@@ -180,15 +180,10 @@ impl Conn {
         blocking::on_unblock(server, &self.session, &mut self.parked, self.wbuf.buf());
     }
 
-    /// Whether messages can come to this connection unasked: it has a message
-    /// queue, made by HELLO 3 (a RESP3 client takes the invalidations another
-    /// client redirects to it), a SUBSCRIBE or CLIENT TRACKING.
-    pub(crate) fn has_queue(&self) -> bool {
-        self.session.pubsub.is_some()
-    }
-
-    /// Its message queue, as senders see it: which queue a waker was
-    /// registered with.
+    /// Its message queue, as senders see it (which queue a waker was
+    /// registered with), if messages can come to it unasked: made by HELLO 3 (a
+    /// RESP3 client takes the invalidations another client redirects to it), a
+    /// SUBSCRIBE or CLIENT TRACKING.
     pub(crate) fn queue(&self) -> Option<&Arc<pubsub::Subscriber>> {
         self.session.pubsub.as_ref().map(|s| s.me())
     }
