@@ -61,9 +61,11 @@ impl Parked {
     }
 }
 
-/// Parks a freshly dispatched command that asked to wait; its arguments are taken
-/// from `args`.
-pub fn park(server: &Server, info: &ClientInfo, args: &mut Vec<Bytes>, wait: Wait) -> Parked {
+/// Parks a freshly dispatched command that asked to wait, with its arguments
+/// owned ([`crate::cmd::Argv::to_owned_vec`]): slices would keep the whole read
+/// buffer they arrived in (16 KB) for as long as the command waits, which for
+/// thousands of lease waiters adds up.
+pub fn park(server: &Server, info: &ClientInfo, args: Vec<Bytes>, wait: Wait) -> Parked {
     // A CLIENT UNBLOCK that raced with the end of an earlier wait must not end this
     // one. (One that comes while this command waits is kept.)
     info.take_unblock();
@@ -71,9 +73,6 @@ pub fn park(server: &Server, info: &ClientInfo, args: &mut Vec<Bytes>, wait: Wai
         info.parks.fetch_add(1, Relaxed);
         set_blocked(server, info, true);
     }
-    // Copied: slices would keep the whole read buffer they arrived in (16 KB) for
-    // as long as the command waits, which for thousands of lease waiters adds up.
-    let args = args.drain(..).map(|a| Bytes::copy_from_slice(&a)).collect();
     Parked {
         args,
         wait,

@@ -37,7 +37,8 @@ pub struct Footprint {
     /// The bytes of the arguments of the request being run (`argv-mem`): slices of
     /// the buffer they arrived in, no longer part of the query buffer.
     pub argv: usize,
-    /// The argument vector and the decoder's table of where arguments lie.
+    /// The tables of where the arguments lie (the decoder's and the request's),
+    /// once a request had more arguments than they hold in place.
     pub scratch: usize,
     /// The commands MULTI has queued (`multi-mem`).
     pub multi: usize,

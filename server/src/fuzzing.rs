@@ -17,10 +17,10 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 
 use crate::output::Output;
-use relcache_protocol::resp::{Frame, Protocol, RequestDecoder};
+use relcache_protocol::resp::{Frame, Protocol, Request, RequestDecoder};
 use tokio_util::sync::CancellationToken;
 
 use crate::cmd::{self, Flow};
@@ -70,7 +70,7 @@ impl Harness {
             session,
             decoder,
             rbuf: BytesMut::new(),
-            args: Vec::new(),
+            request: Request::default(),
             closed: false,
         }
     }
@@ -82,7 +82,7 @@ pub struct Client {
     session: Session,
     decoder: RequestDecoder,
     rbuf: BytesMut,
-    args: Vec<Bytes>,
+    request: Request,
     closed: bool,
 }
 
@@ -104,14 +104,16 @@ impl Client {
         }
         self.decoder.set_limits(limits(&self.server, &self.session));
         while !self.closed {
-            match self.decoder.decode(&mut self.rbuf, &mut self.args) {
+            match self
+                .decoder
+                .decode_request(&mut self.rbuf, &mut self.request)
+            {
                 Ok(true) => {
                     let authenticated = self.session.authenticated;
                     let flow = self.dispatch(&mut out);
                     if self.session.authenticated != authenticated {
                         self.decoder.set_limits(limits(&self.server, &self.session));
                     }
-                    self.args.clear();
                     self.closed = matches!(flow, Flow::Close);
                 }
                 Ok(false) => break,
@@ -145,13 +147,15 @@ impl Client {
         self.session.proto
     }
 
-    /// Runs the request in `args`; a command that parks runs again at once with
-    /// its deadline passed, so it gives the answer of a wait that timed out.
+    /// Runs the request in `request`; a command that parks runs again at once
+    /// with its deadline passed, so it gives the answer of a wait that timed out.
     fn dispatch(&mut self, out: &mut Output) -> Flow {
         let (server, session) = (&*self.server, &mut self.session);
-        let mut flow = cmd::dispatch(server, session, &self.args, out, None);
+        let list: Vec<&[u8]> = self.request.args().collect();
+        let argv = cmd::Argv::new(&list, self.request.owned());
+        let mut flow = cmd::dispatch(server, session, argv, out, None);
         while let Flow::Park(_) = flow {
-            flow = cmd::dispatch(server, session, &self.args, out, Some(Instant::now()));
+            flow = cmd::dispatch(server, session, argv, out, Some(Instant::now()));
         }
         flow
     }

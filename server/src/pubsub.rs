@@ -341,7 +341,7 @@ pub fn subscribe(
     server: &Server,
     session: &mut Session,
     kind: Kind,
-    names: &[Bytes],
+    names: &[&[u8]],
 ) -> Vec<Frame> {
     let sub = endpoint(server, session);
     let before = sub.count();
@@ -380,7 +380,7 @@ pub fn unsubscribe(
     server: &Server,
     session: &mut Session,
     kind: Kind,
-    names: &[Bytes],
+    names: &[&[u8]],
 ) -> Vec<Frame> {
     let word = kind.unsubscribe_word();
     let Some(sub) = session.pubsub.as_mut() else {
@@ -388,7 +388,7 @@ pub fn unsubscribe(
             true => vec![confirmation(word, Frame::Null, 0)],
             false => names
                 .iter()
-                .map(|n| confirmation(word, Frame::Bulk(n.clone()), 0))
+                .map(|n| confirmation(word, Frame::Bulk(Bytes::copy_from_slice(n)), 0))
                 .collect(),
         };
     };
@@ -396,7 +396,7 @@ pub fn unsubscribe(
     let names: Vec<Bytes> = if names.is_empty() {
         sub.names(kind).iter().cloned().collect()
     } else {
-        names.to_vec()
+        names.iter().map(|n| Bytes::copy_from_slice(n)).collect()
     };
     if names.is_empty() {
         return vec![confirmation(word, Frame::Null, sub.confirmed_count(kind))];

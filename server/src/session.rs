@@ -89,7 +89,7 @@ impl ClientInfo {
     /// relcache has one contiguous reply buffer and no reply list, so `rbs` is that
     /// buffer's allocation, `obl` and `omem` the reply bytes waiting in it (what
     /// `client-output-buffer-limit` counts), and `oll` is 0.
-    pub fn line(&self, running: Option<&[Bytes]>) -> String {
+    pub fn line(&self, running: Option<&[&[u8]]>) -> String {
         let lossy = |b: &Mutex<Option<Bytes>>| {
             b.lock()
                 .as_ref()
@@ -278,15 +278,14 @@ pub struct Multi {
 }
 
 impl Multi {
-    /// Queues a command for EXEC, copied: the arguments are slices of the read
-    /// buffer, and a queued slice would keep the whole buffer — with whatever else
-    /// had arrived in it — alive and uncounted until EXEC.
-    pub fn queue(&mut self, args: &[Bytes]) {
+    /// Queues a command for EXEC: `args` owned ([`crate::cmd::Argv::to_owned_vec`]),
+    /// not slices of the read buffer, which would keep the whole buffer — with
+    /// whatever else had arrived in it — alive and uncounted until EXEC.
+    pub fn queue(&mut self, args: Vec<Bytes>) {
         self.bytes += args.iter().map(|a| a.len()).sum::<usize>()
-            + std::mem::size_of_val(args)
+            + std::mem::size_of_val(&args[..])
             + std::mem::size_of::<Vec<Bytes>>();
-        self.queued
-            .push(args.iter().map(|a| Bytes::copy_from_slice(a)).collect());
+        self.queued.push(args);
     }
 }
 

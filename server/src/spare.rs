@@ -2,8 +2,8 @@
 //!
 //! A connection gives its buffers back when a batch leaves them empty, so an idle
 //! connection holds none ([`crate::conn`]). Freed to the allocator, that cost an
-//! unpipelined client a `malloc` and a `free` for each of its read buffer, its
-//! argument vector and its reply buffer on every request: about a seventh of the
+//! unpipelined client a `malloc` and a `free` for each of its read buffer and its
+//! reply buffer (and, then, its argument vector) on every request: about a seventh of the
 //! instructions of a `-P 1` GET (callgrind). Given back here instead, they go to
 //! the next connection of the same loop that has input, warm in its cache. Only
 //! small buffers are kept, and only a few: what is kept is bounded per thread,
@@ -11,14 +11,12 @@
 
 use std::cell::RefCell;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 
 /// The size of every spare buffer: Redis's reply chunk (`PROTO_REPLY_CHUNK_BYTES`),
-/// and what a connection reads at a time. Argument vectors of up to this many
-/// slots are kept.
+/// and what a connection reads at a time.
 const KEEP_BYTES: usize = 16 * 1024;
-const KEEP_ARGS: usize = 16;
-/// How many of each a thread keeps. A loop runs one connection's batch at a time,
+/// How many a thread keeps. A loop runs one connection's batch at a time,
 /// so one of each would do for connections that finish their batches; the rest is
 /// for those that hold a buffer across batches (a request still arriving, output
 /// the client has not read), whose buffers come back later.
@@ -27,7 +25,6 @@ const KEPT: usize = 32;
 #[derive(Default)]
 struct Spare {
     bytes: Vec<BytesMut>,
-    args: Vec<Vec<Bytes>>,
 }
 
 thread_local! {
@@ -36,7 +33,6 @@ thread_local! {
     static SPARE: RefCell<Spare> = const {
         RefCell::new(Spare {
             bytes: Vec::new(),
-            args: Vec::new(),
         })
     };
 }
@@ -62,23 +58,6 @@ pub fn give_bytes(mut buf: BytesMut) {
         SPARE.with_borrow_mut(|s| {
             if s.bytes.len() < KEPT {
                 s.bytes.push(buf);
-            }
-        });
-    }
-}
-
-/// An empty argument vector: a spare one when this thread has it.
-pub fn take_args() -> Vec<Bytes> {
-    SPARE.with_borrow_mut(|s| s.args.pop()).unwrap_or_default()
-}
-
-/// Gives back an argument vector (emptying it, which lets go of its arguments).
-pub fn give_args(mut args: Vec<Bytes>) {
-    args.clear();
-    if (1..=KEEP_ARGS).contains(&args.capacity()) {
-        SPARE.with_borrow_mut(|s| {
-            if s.args.len() < KEPT {
-                s.args.push(args);
             }
         });
     }
@@ -140,17 +119,11 @@ mod tests {
     fn at_most_kept_per_thread() {
         drain();
         for _ in 0..KEPT + 5 {
-            give_args(Vec::with_capacity(4));
             let mut used = BytesMut::with_capacity(KEEP_BYTES);
             used.extend_from_slice(b"+OK\r\n");
             used.advance(5);
             give_bytes(used);
         }
-        give_args(Vec::with_capacity(KEEP_ARGS + 1));
-        SPARE.with_borrow(|s| {
-            assert_eq!(s.args.len(), KEPT);
-            assert_eq!(s.bytes.len(), KEPT);
-            assert!(s.args.iter().all(|a| a.capacity() == 4));
-        });
+        SPARE.with_borrow(|s| assert_eq!(s.bytes.len(), KEPT));
     }
 }

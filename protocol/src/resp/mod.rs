@@ -20,8 +20,8 @@ use bytes::Bytes;
 pub use encode::{write_array_header, write_bulk, write_integer};
 pub use reply::{parse_frame, ReplyDecoder};
 pub use request::{
-    parse_request, parse_strict_i64, split_args, Limits, ProtocolError, RequestDecoder, BIG_ARG,
-    UNAUTHENTICATED_MAX_ARGS, UNAUTHENTICATED_MAX_BULK,
+    parse_request, parse_strict_i64, split_args, Limits, ProtocolError, Request, RequestDecoder,
+    BIG_ARG, UNAUTHENTICATED_MAX_ARGS, UNAUTHENTICATED_MAX_BULK,
 };
 
 /// The protocol version a connection speaks; RESP2 until the client says `HELLO 3`.

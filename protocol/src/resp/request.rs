@@ -10,9 +10,11 @@
 //! Two entry points share one state machine:
 //!
 //! - [`RequestDecoder`], for a connection: resumable, so a request that arrives over
-//!   many reads is scanned once in total, and zero-copy, so multibulk arguments are
-//!   slices of the read buffer, but for a bulk of [`BIG_ARG`] bytes or more, which
-//!   gets an allocation of its own that a server can store as it is.
+//!   many reads is scanned once in total, and zero-copy: a [`Request`] is the
+//!   request's bytes and where each argument lies in them, so a server reads its
+//!   arguments as slices without a reference count each, but for a bulk of
+//!   [`BIG_ARG`] bytes or more still arriving when its header is read, which is
+//!   gathered into an allocation of its own that a server can store as it is.
 //! - [`parse_request`], a pure function over `&[u8]` for tests, fuzzing and tools.
 //!
 //! Empty requests (`*0`, any negative count such as `*-1` or `*-10`, a blank line)
@@ -290,27 +292,29 @@ impl RequestDecoder {
         end.saturating_sub(buffered)
     }
 
-    /// Decodes one request from the front of `buf` into `args`.
+    /// Decodes one request from the front of `buf` into `request`.
     ///
-    /// Returns `Ok(true)` with `args` holding the request's arguments (for a
-    /// multibulk, slices of the consumed bytes, but each of [`BIG_ARG`] bytes or
-    /// more an allocation of its own; never empty) and the request's bytes removed
-    /// from `buf`. Returns `Ok(false)` when `buf` holds only part of a request: `buf`
-    /// is left as it is, except that empty requests before it have been skipped,
-    /// and that the data of a big bulk still arriving has moved to a buffer of its
-    /// own ([`BIG_ARG`], [`big_buffer`](Self::big_buffer)).
-    /// `args` is cleared in every case.
+    /// Returns `Ok(true)` with `request` holding the request (never empty) and its
+    /// bytes removed from `buf`; its arguments are slices of its bytes, but for a
+    /// big argument whose data was gathered in a buffer of its own ([`BIG_ARG`]).
+    /// Returns `Ok(false)` when `buf` holds only part of a request: `buf` is left
+    /// as it is, except that empty requests before it have been skipped, and that
+    /// the data of a big bulk still arriving has moved to a buffer of its own
+    /// ([`big_buffer`](Self::big_buffer)). `request` is cleared in every case.
+    ///
+    /// A request's arguments cost no reference count each: a server reads them as
+    /// slices ([`Request::args`]) and takes ownership only of what it keeps.
     ///
     /// # Errors
     ///
     /// A [`ProtocolError`] when the bytes are not a valid request or break a limit;
     /// the connection must then be closed, after replying with the error's text.
-    pub fn decode(
+    pub fn decode_request(
         &mut self,
         buf: &mut BytesMut,
-        args: &mut Vec<Bytes>,
+        request: &mut Request,
     ) -> Result<bool, ProtocolError> {
-        args.clear();
+        request.clear();
         loop {
             let parsed = match self.step(buf) {
                 Ok(parsed) => parsed,
@@ -324,29 +328,56 @@ impl RequestDecoder {
                 Parsed::Incomplete => return Ok(false),
                 Parsed::Multibulk { len } if self.progress.args.is_empty() => buf.advance(len),
                 Parsed::Multibulk { len } => {
-                    let request = buf.split_to(len).freeze();
-                    // From a slice iterator, which knows its length: one reserve, no
-                    // capacity check a push.
-                    args.extend(self.progress.args.iter().map(|r| request.slice(r.clone())));
-                    if self.progress.saw_big {
-                        own_big_args(args, self.big.take());
+                    request.bytes = buf.split_to(len).freeze();
+                    // The request's (empty) table becomes the next one's.
+                    std::mem::swap(&mut request.ranges, &mut self.progress.args);
+                    if let Some(mut big) = self.big.take() {
+                        big.data.truncate(big.len);
+                        request.big = Some(Bytes::from(big.data));
+                        request.big_index = big.index;
                     }
                 }
                 Parsed::Inline { len, args: words } => {
                     buf.advance(len);
-                    args.extend(words.into_iter().map(|mut word| {
-                        if word.len() >= BIG_ARG {
-                            word.shrink_to_fit();
-                        }
-                        Bytes::from(word)
-                    }));
+                    let mut bytes = Vec::with_capacity(words.iter().map(Vec::len).sum());
+                    for word in words {
+                        request.ranges.push(bytes.len()..bytes.len() + word.len());
+                        bytes.extend_from_slice(&word);
+                    }
+                    request.bytes = Bytes::from(bytes);
                 }
             }
             self.progress.reset();
-            if !args.is_empty() {
+            if !request.is_empty() {
                 return Ok(true);
             }
         }
+    }
+
+    /// Decodes one request from the front of `buf` into `args`, each argument a
+    /// [`Bytes`] of its own: [`decode_request`](Self::decode_request) for a caller
+    /// that keeps the arguments, at the price of a reference count each.
+    ///
+    /// Returns `Ok(true)` with `args` holding the request's arguments (for a
+    /// multibulk, slices of the consumed bytes, but each of [`BIG_ARG`] bytes or
+    /// more an allocation of its own; never empty), and `Ok(false)` as
+    /// `decode_request` does. `args` is cleared in every case.
+    ///
+    /// # Errors
+    ///
+    /// As [`decode_request`](Self::decode_request).
+    pub fn decode(
+        &mut self,
+        buf: &mut BytesMut,
+        args: &mut Vec<Bytes>,
+    ) -> Result<bool, ProtocolError> {
+        args.clear();
+        let mut request = Request::default();
+        let done = self.decode_request(buf, &mut request)?;
+        if done {
+            args.extend((0..request.len()).map(|i| request.owned_arg(i)));
+        }
+        Ok(done)
     }
 
     /// One step of parsing the request at the front of `buf`, with a big
@@ -402,18 +433,92 @@ impl RequestDecoder {
     }
 }
 
-/// Gives every argument of [`BIG_ARG`] or more its own allocation (see there):
-/// the gathered one, `big`, in its place, and copies of those that arrived whole,
-/// which are slices of the read buffer.
-#[cold]
-fn own_big_args(args: &mut [Bytes], big: Option<BigArg>) {
-    if let Some(mut big) = big {
-        big.data.truncate(big.len);
-        args[big.index] = Bytes::from(big.data);
+/// A decoded request: its bytes and where each argument lies in them, reused
+/// from one request to the next ([`RequestDecoder::decode_request`]).
+#[derive(Debug, Default)]
+pub struct Request {
+    /// The request as it came (an inline one: its words back to back).
+    bytes: Bytes,
+    /// Where each argument lies in `bytes`; the big one's range is empty. In
+    /// place for a request of a few arguments, as most are.
+    ranges: SmallVec<[Range<usize>; INLINE_ARGS]>,
+    /// The argument whose data was gathered in a buffer of its own, if any
+    /// ([`BIG_ARG`]), and which one it is.
+    big: Option<Bytes>,
+    big_index: usize,
+}
+
+impl Request {
+    /// How many arguments the request has (the command name counts).
+    pub fn len(&self) -> usize {
+        self.ranges.len()
     }
-    for arg in args.iter_mut().filter(|a| a.len() >= BIG_ARG) {
-        if !arg.is_unique() {
-            *arg = Bytes::copy_from_slice(arg);
+
+    /// Whether there are none (only between requests).
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// Argument `i`.
+    ///
+    /// # Panics
+    ///
+    /// If `i` is not below [`len`](Self::len).
+    #[inline]
+    pub fn arg(&self, i: usize) -> &[u8] {
+        match &self.big {
+            Some(big) if i == self.big_index => big,
+            _ => &self.bytes[self.ranges[i].clone()],
+        }
+    }
+
+    /// The arguments in order.
+    pub fn args(&self) -> impl ExactSizeIterator<Item = &[u8]> {
+        (0..self.len()).map(|i| self.arg(i))
+    }
+
+    /// The arguments that own an allocation of their own, which a server may
+    /// keep as they are (at most one): every other argument is a slice of a
+    /// buffer that holds the whole request, which a value kept must not pin.
+    pub fn owned(&self) -> &[Bytes] {
+        self.big.as_slice()
+    }
+
+    /// Bytes the request holds: its bytes and a big argument's.
+    pub fn size(&self) -> usize {
+        self.bytes.len() + self.big.as_ref().map_or(0, Bytes::len)
+    }
+
+    /// Heap bytes kept from one request to the next: the argument table, once a
+    /// request had more arguments than it holds in place.
+    pub fn scratch_bytes(&self) -> usize {
+        if self.ranges.spilled() {
+            self.ranges.capacity() * std::mem::size_of::<Range<usize>>()
+        } else {
+            0
+        }
+    }
+
+    /// Argument `i` as a `Bytes`: a slice of the request's bytes, but one of
+    /// [`BIG_ARG`] bytes or more as an allocation of its own, copied out if it
+    /// arrived with the rest (so that a server storing it does not pin the
+    /// request's buffer, nor copy it again).
+    pub fn owned_arg(&self, i: usize) -> Bytes {
+        match &self.big {
+            Some(big) if i == self.big_index => big.clone(),
+            _ if self.ranges[i].len() >= BIG_ARG => Bytes::copy_from_slice(self.arg(i)),
+            _ => self.bytes.slice(self.ranges[i].clone()),
+        }
+    }
+
+    /// Forgets the request; keeps the argument table's room, unless one huge
+    /// request grew it.
+    pub fn clear(&mut self) {
+        self.bytes = Bytes::new();
+        self.ranges.clear();
+        self.big = None;
+        if self.ranges.capacity() > 4 * MAX_PREALLOC {
+            self.ranges.shrink_to_fit();
         }
     }
 }
@@ -478,9 +583,6 @@ struct Progress {
     /// Where each argument read so far lies: in place for a request of a few
     /// arguments (most are), so the decoder allocates nothing for them.
     args: SmallVec<[Range<usize>; INLINE_ARGS]>,
-    /// A bulk of [`BIG_ARG`] bytes or more has been read: the request's arguments
-    /// get the pass that gives such a bulk its own allocation.
-    saw_big: bool,
 }
 
 impl Progress {
@@ -490,7 +592,6 @@ impl Progress {
         self.count = None;
         self.bulk_len = None;
         self.args.clear();
-        self.saw_big = false;
         // One huge request must not pin its argument table for the connection's life.
         if self.args.capacity() > 4 * MAX_PREALLOC {
             self.args.shrink_to_fit();
@@ -673,7 +774,6 @@ impl Progress {
         }
         self.pos = end;
         self.bulk_len = Some(len);
-        self.saw_big |= len >= BIG_ARG;
         Ok(Some(len))
     }
 

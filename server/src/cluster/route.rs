@@ -11,7 +11,6 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use bytes::Bytes;
 use relcache_protocol::slot::key_slot;
 
 use crate::cmd::{spec, CommandSpec};
@@ -47,8 +46,9 @@ impl Redirect {
     }
 }
 
-/// One command to place: its spec and arguments.
-pub type Request<'r> = (&'static CommandSpec, &'r [Bytes]);
+/// One command to place: its spec and arguments (slices, or a queued command's
+/// owned arguments).
+pub type Request<'r, A> = (&'static CommandSpec, &'r [A]);
 
 /// Where `requests` (one command, or a transaction's queue) run: here, a
 /// redirect, or — in a slot being moved — a verdict that depends on which of
@@ -56,13 +56,13 @@ pub type Request<'r> = (&'static CommandSpec, &'r [Bytes]);
 /// the keys' own locks (else a key migrated between the look and the command
 /// would be written back here, behind MIGRATE). `asking`: the client sent ASKING
 /// for this command.
-pub fn route<'r>(
+pub fn route<'r, A: AsRef<[u8]> + 'r>(
     server: &Server,
-    requests: impl Iterator<Item = Request<'r>>,
+    requests: impl Iterator<Item = Request<'r, A>>,
     asking: bool,
 ) -> Result<Placed, Redirect> {
     let cluster = &server.cluster;
-    let requests: smallvec::SmallVec<[Request<'r>; 1]> = requests.collect();
+    let requests: smallvec::SmallVec<[Request<'r, A>; 1]> = requests.collect();
     // The common case without a lock: every key in one slot this node serves.
     let mut one_slot = None;
     let mut fast = true;

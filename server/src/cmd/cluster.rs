@@ -322,19 +322,19 @@ fn enabled(ctx: &Ctx<'_, '_>) -> Result<(), CmdError> {
     }
 }
 
-fn asking(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn asking(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     ctx.session.asking = true;
     Ok(Frame::ok())
 }
 
-fn readonly(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn readonly(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     ctx.session.readonly = true;
     Ok(Frame::ok())
 }
 
-fn readwrite(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn readwrite(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     ctx.session.readonly = false;
     Ok(Frame::ok())
@@ -363,7 +363,7 @@ fn text(s: String) -> Frame {
     }
 }
 
-fn info(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn info(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     let server = ctx.server;
     let cluster = &server.cluster;
@@ -411,17 +411,17 @@ fn info(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     Ok(text(out))
 }
 
-fn myid(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn myid(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     Ok(Frame::bulk(ctx.server.cluster.read().myself.to_string()))
 }
 
-fn myshardid(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn myshardid(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     Ok(Frame::bulk(ctx.server.cluster.read().shard_id.to_string()))
 }
 
-fn nodes(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn nodes(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     let timeout = ctx.server.config.cluster_node_timeout.load(Relaxed);
     let s = ctx.server.cluster.read();
@@ -437,7 +437,7 @@ fn client_ip(ctx: &Ctx<'_, '_>, s: &State, n: &Node) -> String {
     n.ip.clone()
 }
 
-fn slots(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn slots(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     let s = ctx.server.cluster.read();
     let mut out = Vec::new();
@@ -468,7 +468,7 @@ fn slots(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     Ok(Frame::Array(out))
 }
 
-fn shards(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn shards(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     let s = ctx.server.cluster.read();
     let mut all = s.all_ranges();
@@ -506,7 +506,7 @@ fn shards(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     Ok(Frame::Array(out))
 }
 
-fn links(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn links(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     let s = ctx.server.cluster.read();
     let out = s
@@ -527,15 +527,15 @@ fn links(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     Ok(Frame::Array(out))
 }
 
-fn keyslot(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn keyslot(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
-    Ok(Frame::Integer(key_slot(&args[2]) as i64))
+    Ok(Frame::Integer(key_slot(args[2]) as i64))
 }
 
-fn countkeysinslot(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn countkeysinslot(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     not_in_exec(ctx)?;
-    let slot = parse_i64(&args[2])?;
+    let slot = parse_i64(args[2])?;
     if !(0..SLOTS as i64).contains(&slot) {
         return Err(CmdError::err("Invalid slot"));
     }
@@ -544,11 +544,11 @@ fn countkeysinslot(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     ))
 }
 
-fn getkeysinslot(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn getkeysinslot(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     not_in_exec(ctx)?;
-    let slot = parse_i64(&args[2])?;
-    let count = parse_i64(&args[3])?;
+    let slot = parse_i64(args[2])?;
+    let count = parse_i64(args[3])?;
     if count < 0 || !(0..SLOTS as i64).contains(&slot) {
         return Err(CmdError::err("Invalid slot or number of keys"));
     }
@@ -561,7 +561,7 @@ fn getkeysinslot(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 }
 
 /// Slots named one by one, refused whole if any is bad or repeated.
-fn slot_list(args: &[Bytes]) -> Result<Vec<u16>, CmdError> {
+fn slot_list(args: &[&[u8]]) -> Result<Vec<u16>, CmdError> {
     let mut slots = Vec::with_capacity(args.len());
     let mut seen = vec![false; SLOTS];
     for a in args {
@@ -577,14 +577,14 @@ fn slot_list(args: &[Bytes]) -> Result<Vec<u16>, CmdError> {
 }
 
 /// Slots named as `start end` pairs.
-fn slot_ranges(ctx: &Ctx<'_, '_>, args: &[Bytes]) -> Result<Vec<u16>, CmdError> {
+fn slot_ranges(ctx: &Ctx<'_, '_>, args: &[&[u8]]) -> Result<Vec<u16>, CmdError> {
     if !args.len().is_multiple_of(2) {
         return Err(CmdError::WrongArity(ctx.spec.name.into()));
     }
     let mut slots = Vec::new();
     let mut seen = vec![false; SLOTS];
     for pair in args.chunks(2) {
-        let (start, end) = (slot_arg(&pair[0])?, slot_arg(&pair[1])?);
+        let (start, end) = (slot_arg(pair[0])?, slot_arg(pair[1])?);
         if start > end {
             return Err(CmdError::err(format!(
                 "start slot number {start} is greater than end slot number {end}"
@@ -626,31 +626,31 @@ fn assign(ctx: &Ctx<'_, '_>, slots: Vec<u16>, add: bool) -> CmdResult {
     })
 }
 
-fn addslots(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn addslots(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     let slots = slot_list(&args[2..])?;
     assign(ctx, slots, true)
 }
 
-fn addslotsrange(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn addslotsrange(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     let slots = slot_ranges(ctx, &args[2..])?;
     assign(ctx, slots, true)
 }
 
-fn delslots(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn delslots(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     let slots = slot_list(&args[2..])?;
     assign(ctx, slots, false)
 }
 
-fn delslotsrange(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn delslotsrange(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     let slots = slot_ranges(ctx, &args[2..])?;
     assign(ctx, slots, false)
 }
 
-fn flushslots(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn flushslots(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     if !ctx.server.db.is_empty() {
         return Err(CmdError::err(
@@ -666,10 +666,10 @@ fn flushslots(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     })
 }
 
-fn setslot(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn setslot(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     not_in_exec(ctx)?;
-    let slot = slot_arg(&args[2])?;
+    let slot = slot_arg(args[2])?;
     let action = args[3].to_ascii_lowercase();
     let bad_action =
         || CmdError::err("Invalid CLUSTER SETSLOT action or number of arguments. Try CLUSTER HELP");
@@ -686,7 +686,7 @@ fn setslot(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     };
     let reply = ctx.server.cluster.update(|s| {
         let me = s.myself;
-        let known = |s: &State, arg: &Bytes| node_arg(arg).filter(|id| s.knows(id));
+        let known = |s: &State, arg: &[u8]| node_arg(arg).filter(|id| s.knows(id));
         match &action[..] {
             b"migrating" => {
                 let arg = node.expect("checked");
@@ -752,29 +752,28 @@ fn setslot(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(reply)
 }
 
-fn meet(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn meet(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     if args.len() > 5 {
         return Err(CmdError::Syntax);
     }
-    let lossy = |a: &Bytes| String::from_utf8_lossy(a).into_owned();
-    let port = super::parse_i64_opt(&args[3]).ok_or_else(|| {
-        CmdError::err(format!("Invalid base port specified: {}", lossy(&args[3])))
-    })?;
+    let lossy = |a: &[u8]| String::from_utf8_lossy(a).into_owned();
+    let port = super::parse_i64_opt(args[3])
+        .ok_or_else(|| CmdError::err(format!("Invalid base port specified: {}", lossy(args[3]))))?;
     let cport = match args.get(4) {
         Some(a) => super::parse_i64_opt(a)
             .ok_or_else(|| CmdError::err(format!("Invalid bus port specified: {}", lossy(a))))?,
         None => port + 10_000,
     };
-    let ip = std::str::from_utf8(&args[2])
+    let ip = std::str::from_utf8(args[2])
         .ok()
         .and_then(|s| s.parse::<std::net::IpAddr>().ok());
     let valid = |p: i64| (1..=65535).contains(&p);
     let (Some(ip), true, true) = (ip, valid(port), valid(cport)) else {
         return Err(CmdError::err(format!(
             "Invalid node address specified: {}:{}",
-            lossy(&args[2]),
-            lossy(&args[3])
+            lossy(args[2]),
+            lossy(args[3])
         )));
     };
     let ip = ip.to_string();
@@ -795,12 +794,12 @@ fn meet(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     })
 }
 
-fn forget(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn forget(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     let now = now_ms();
     ctx.server.cluster.update(|s| {
-        let Some(id) = node_arg(&args[2]).filter(|id| s.node(id).is_some()) else {
-            return Err(unknown_node(&args[2]));
+        let Some(id) = node_arg(args[2]).filter(|id| s.node(id).is_some()) else {
+            return Err(unknown_node(args[2]));
         };
         if id == s.myself {
             return Err(CmdError::err("I tried hard but I can't forget myself..."));
@@ -810,7 +809,7 @@ fn forget(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     })
 }
 
-fn reset(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn reset(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     let hard = match args.get(2).map(|a| a.to_ascii_lowercase()) {
         None => false,
@@ -843,9 +842,9 @@ fn reset(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     })
 }
 
-fn set_config_epoch(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn set_config_epoch(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
-    let epoch = parse_i64(&args[2])?;
+    let epoch = parse_i64(args[2])?;
     ctx.server.cluster.update(|s| {
         if epoch < 0 {
             return Err(CmdError::err(format!("Invalid config epoch specified: {epoch}")));
@@ -864,7 +863,7 @@ fn set_config_epoch(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     })
 }
 
-fn bumpepoch(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn bumpepoch(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     ctx.server.cluster.update(|s| {
         let bumped = s.bump_epoch();
@@ -873,7 +872,7 @@ fn bumpepoch(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     })
 }
 
-fn saveconfig(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn saveconfig(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     ctx.server
         .cluster
@@ -882,33 +881,33 @@ fn saveconfig(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     Ok(Frame::ok())
 }
 
-fn count_failure_reports(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn count_failure_reports(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     let s = ctx.server.cluster.read();
-    match node_arg(&args[2]).filter(|id| s.node(id).is_some()) {
+    match node_arg(args[2]).filter(|id| s.node(id).is_some()) {
         // Failure reports come with failure detection, which is not built yet.
         Some(_) => Ok(Frame::Integer(0)),
-        None => Err(unknown_node(&args[2])),
+        None => Err(unknown_node(args[2])),
     }
 }
 
-fn replicas(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn replicas(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     let s = ctx.server.cluster.read();
-    match node_arg(&args[2]).filter(|id| s.node(id).is_some()) {
+    match node_arg(args[2]).filter(|id| s.node(id).is_some()) {
         Some(_) => Ok(Frame::Array(Vec::new())),
-        None => Err(unknown_node(&args[2])),
+        None => Err(unknown_node(args[2])),
     }
 }
 
-fn no_replicas(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn no_replicas(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     enabled(ctx)?;
     Err(CmdError::err(
         "relcache has no replicas yet: every node is a master (see the README)",
     ))
 }
 
-fn help(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn help(_: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     Ok(help_reply(
         "CLUSTER",
         &[

@@ -7,7 +7,6 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use bytes::Bytes;
 use relcache_protocol::resp::Frame;
 
 use super::introspect::help_reply;
@@ -85,7 +84,7 @@ const CONFIG_SUBCOMMANDS: &[CommandSpec] = &[
     },
 ];
 
-fn config_get(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn config_get(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let patterns: Vec<&[u8]> = args[2..].iter().map(|a| &a[..]).collect();
     let pairs = ctx.server.config.get_matching(&patterns);
     Ok(Frame::Map(
@@ -100,7 +99,7 @@ fn config_get(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 /// not repeated) and every value validated before anything changes; if applying one
 /// still fails, the ones already applied are restored, so the command takes effect
 /// entirely or not at all.
-fn config_set(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn config_set(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     if !args.len().is_multiple_of(2) {
         return Err(CmdError::Syntax);
     }
@@ -108,8 +107,8 @@ fn config_set(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         .chunks(2)
         .map(|p| {
             (
-                String::from_utf8_lossy(&p[0]).into_owned(),
-                String::from_utf8_lossy(&p[1]).into_owned(),
+                String::from_utf8_lossy(p[0]).into_owned(),
+                String::from_utf8_lossy(p[1]).into_owned(),
             )
         })
         .collect();
@@ -179,7 +178,7 @@ fn config_set(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::ok())
 }
 
-fn config_resetstat(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn config_resetstat(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     let server = ctx.server;
     server.stats.reset();
     server.cmdstats.iter().for_each(|s| s.reset());
@@ -189,7 +188,7 @@ fn config_resetstat(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     Ok(Frame::ok())
 }
 
-fn config_rewrite(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn config_rewrite(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     let path = ctx.server.config.config_file.read().clone();
     let Some(path) = path else {
         return Err(CmdError::err("The server is running without a config file"));
@@ -287,7 +286,7 @@ fn rewrite_config_file(config: &Config, path: &Path) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-fn config_help(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn config_help(_: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     Ok(help_reply(
         "CONFIG",
         &[

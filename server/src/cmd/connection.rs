@@ -318,14 +318,16 @@ fn set_name(session: &Session, name: &[u8]) {
     *session.info.name.lock() = (!name.is_empty()).then(|| Bytes::copy_from_slice(name));
 }
 
-fn ping(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn ping(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     if args.len() <= 2
         && ctx.session.proto == Protocol::Resp2
         && crate::pubsub::subscribed(ctx.session)
     {
         // A subscribed RESP2 client reads every reply as a message: Redis answers
         // in that shape, with an empty payload when PING has none.
-        let payload = args.get(1).cloned().unwrap_or_default();
+        let payload = args
+            .get(1)
+            .map_or_else(Bytes::new, |a| Bytes::copy_from_slice(a));
         return Ok(Frame::Array(vec![
             Frame::Bulk(Bytes::from_static(b"pong")),
             Frame::Bulk(payload),
@@ -333,22 +335,22 @@ fn ping(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     }
     match args.len() {
         1 => Ok(Frame::Simple(Bytes::from_static(b"PONG"))),
-        2 => Ok(Frame::Bulk(args[1].clone())),
+        2 => Ok(Frame::Bulk(Bytes::copy_from_slice(args[1]))),
         _ => Err(CmdError::WrongArity("ping".into())),
     }
 }
 
-fn echo(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    Ok(Frame::Bulk(args[1].clone()))
+fn echo(_: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    Ok(Frame::Bulk(Bytes::copy_from_slice(args[1])))
 }
 
-fn quit(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn quit(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     ctx.close_after_reply();
     Ok(Frame::ok())
 }
 
-fn select(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let id = parse_i64_opt(&args[1]).ok_or(CmdError::NotInteger)?;
+fn select(_: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let id = parse_i64_opt(args[1]).ok_or(CmdError::NotInteger)?;
     if i32::try_from(id).is_err() {
         return Err(CmdError::err(format!(
             "value is out of range, value must between {} and {}",
@@ -362,7 +364,7 @@ fn select(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::ok())
 }
 
-fn auth(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn auth(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     match args.len() {
         2 => {
             if password(ctx).is_none() {
@@ -371,19 +373,19 @@ fn auth(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
                      Are you sure your configuration is correct?",
                 ));
             }
-            authenticate(ctx, b"default", &args[1])?;
+            authenticate(ctx, b"default", args[1])?;
         }
-        3 => authenticate(ctx, &args[1], &args[2])?,
+        3 => authenticate(ctx, args[1], args[2])?,
         _ => return Err(CmdError::Syntax),
     }
     Ok(Frame::ok())
 }
 
-fn hello(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn hello(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let mut proto = None;
     let mut i = 1;
     if args.len() >= 2 {
-        let ver = parse_i64_opt(&args[1])
+        let ver = parse_i64_opt(args[1])
             .ok_or_else(|| CmdError::err("Protocol version is not an integer or out of range"))?;
         proto = Some(match ver {
             2 => Protocol::Resp2,
@@ -400,17 +402,17 @@ fn hello(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let mut name = None;
     while i < args.len() {
         let more = args.len() - 1 - i;
-        if eq_ic(&args[i], "AUTH") && more >= 2 {
+        if eq_ic(args[i], "AUTH") && more >= 2 {
             credentials = Some((&args[i + 1], &args[i + 2]));
             i += 3;
-        } else if eq_ic(&args[i], "SETNAME") && more >= 1 {
-            check_name(&args[i + 1])?;
+        } else if eq_ic(args[i], "SETNAME") && more >= 1 {
+            check_name(args[i + 1])?;
             name = Some(&args[i + 1]);
             i += 2;
         } else {
             return Err(CmdError::err(format!(
                 "Syntax error in HELLO option '{}'",
-                lossy(&args[i])
+                lossy(args[i])
             )));
         }
     }
@@ -449,7 +451,7 @@ fn hello(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     ]))
 }
 
-fn reset(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn reset(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     // RESET is never queued nor run inside EXEC, so no view is held here and the
     // watched keys' shards can be locked to drop the WATCHes.
     ctx.session.multi = None;
@@ -467,24 +469,24 @@ fn reset(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     Ok(Frame::Simple(Bytes::from_static(b"RESET")))
 }
 
-fn client_id(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn client_id(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     Ok(Frame::Integer(ctx.session.id() as i64))
 }
 
-fn client_setname(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    check_name(&args[2])?;
-    set_name(ctx.session, &args[2]);
+fn client_setname(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    check_name(args[2])?;
+    set_name(ctx.session, args[2]);
     Ok(Frame::ok())
 }
 
-fn client_getname(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn client_getname(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     Ok(match &*ctx.session.info.name.lock() {
         Some(name) => Frame::Bulk(name.clone()),
         None => Frame::Null,
     })
 }
 
-fn client_setinfo(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn client_setinfo(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let (attr, value) = (&args[2], &args[3]);
     let slot = if eq_ic(attr, "LIB-NAME") {
         &ctx.session.info.lib_name
@@ -554,21 +556,21 @@ fn verbatim(text: String) -> Frame {
 
 /// Appends `info`'s line; `args` are the running command's, shown as the
 /// caller's own `argv-mem`.
-fn push_line(out: &mut String, info: &ClientInfo, caller: u64, args: &[Bytes]) {
+fn push_line(out: &mut String, info: &ClientInfo, caller: u64, args: &[&[u8]]) {
     out.push_str(&info.line((info.id == caller).then_some(args)));
     out.push('\n');
 }
 
-fn client_list(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn client_list(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let all = ctx.server.clients.all();
     let me = ctx.session.id();
     let mut out = String::new();
-    if args.len() == 4 && eq_ic(&args[2], "TYPE") {
-        let kind = client_type(&args[3])?;
+    if args.len() == 4 && eq_ic(args[2], "TYPE") {
+        let kind = client_type(args[3])?;
         all.iter()
             .filter(|c| kind.matches(c))
             .for_each(|c| push_line(&mut out, c, me, args));
-    } else if args.len() > 3 && eq_ic(&args[2], "ID") {
+    } else if args.len() > 3 && eq_ic(args[2], "ID") {
         let ids = args[3..]
             .iter()
             .map(|a| parse_i64_opt(a).ok_or_else(|| CmdError::err("Invalid client ID")))
@@ -587,7 +589,7 @@ fn client_list(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(verbatim(out))
 }
 
-fn client_info(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn client_info(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let mut out = String::new();
     push_line(&mut out, &ctx.session.info, ctx.session.id(), args);
     Ok(verbatim(out))
@@ -620,13 +622,13 @@ impl KillFilter {
     }
 }
 
-fn client_kill(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn client_kill(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let old_form = args.len() == 3;
     let mut filter = KillFilter::default();
     // The old form may kill the caller itself; the filter form skips it by default.
     let mut skipme = !old_form;
     if old_form {
-        filter.addr = Some(args[2].clone());
+        filter.addr = Some(Bytes::copy_from_slice(args[2]));
     } else {
         let mut i = 2;
         while i < args.len() {
@@ -650,9 +652,9 @@ fn client_kill(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             } else if eq_ic(opt, "TYPE") {
                 filter.kind = Some(client_type(value)?);
             } else if eq_ic(opt, "ADDR") {
-                filter.addr = Some(value.clone());
+                filter.addr = Some(Bytes::copy_from_slice(value));
             } else if eq_ic(opt, "LADDR") {
-                filter.laddr = Some(value.clone());
+                filter.laddr = Some(Bytes::copy_from_slice(value));
             } else if eq_ic(opt, "USER") {
                 if &value[..] != b"default" {
                     return Err(CmdError::err(format!("No such user '{}'", lossy(value))));
@@ -702,11 +704,11 @@ fn client_kill(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 /// CLIENT UNBLOCK id [TIMEOUT|ERROR]: a client parked on a lease answers its parked
 /// command now — nil, as when its wait runs out, or `-UNBLOCKED …` — and goes on
 /// with what it sent after it. 1 if that client was parked, else 0.
-fn client_unblock(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn client_unblock(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     if args.len() > 4 {
         return Err(CmdError::WrongArity(ctx.spec.name.into()));
     }
-    let id = parse_i64(&args[2])?;
+    let id = parse_i64(args[2])?;
     let how = match args.get(3) {
         None => Unblock::Timeout,
         Some(a) if eq_ic(a, "TIMEOUT") => Unblock::Timeout,
@@ -734,14 +736,14 @@ fn on_off(arg: &[u8]) -> Result<bool, CmdError> {
 
 /// NO-TOUCH: a read's LRU update is the shard's business, so the mode is accepted
 /// and has no effect.
-fn client_on_off(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    on_off(&args[2])?;
+fn client_on_off(_: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    on_off(args[2])?;
     Ok(Frame::ok())
 }
 
 /// NO-EVICT: `maxmemory-clients` never closes this connection.
-fn client_no_evict(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let on = on_off(&args[2])?;
+fn client_no_evict(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let on = on_off(args[2])?;
     ctx.session
         .info
         .no_evict
@@ -749,7 +751,7 @@ fn client_no_evict(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::ok())
 }
 
-fn client_help(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn client_help(_: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     Ok(help_reply(
         "CLIENT",
         &[

@@ -5,7 +5,6 @@
 //! clock once, through its view, so it sees one instant. A deadline already past
 //! deletes the key at once, as Redis does. The active expiry sweep is `db::expire`.
 
-use bytes::Bytes;
 use relcache_protocol::resp::Frame;
 
 use super::keys::reap_if_expired;
@@ -115,7 +114,7 @@ struct ExpireFlags {
     lt: bool,
 }
 
-fn parse_expire_flags(opts: &[Bytes]) -> Result<ExpireFlags, CmdError> {
+fn parse_expire_flags(opts: &[&[u8]]) -> Result<ExpireFlags, CmdError> {
     let mut f = ExpireFlags::default();
     for o in opts {
         if eq_ic(o, "NX") {
@@ -164,26 +163,26 @@ fn expire_allowed(f: ExpireFlags, current: i64, when: i64) -> bool {
     true
 }
 
-fn expire(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn expire(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     expire_generic(ctx, args, 1000, true)
 }
 
-fn pexpire(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn pexpire(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     expire_generic(ctx, args, 1, true)
 }
 
-fn expireat(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn expireat(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     expire_generic(ctx, args, 1000, false)
 }
 
-fn pexpireat(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn pexpireat(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     expire_generic(ctx, args, 1, false)
 }
 
 /// `unit_ms` is 1000 for the seconds forms; `relative` adds the current time.
 fn expire_generic(
     ctx: &mut Ctx<'_, '_>,
-    args: &[Bytes],
+    args: &[&[u8]],
     unit_ms: i64,
     relative: bool,
 ) -> CmdResult {
@@ -191,10 +190,10 @@ fn expire_generic(
     let flags = parse_expire_flags(&args[3..])?;
     let name = ctx.spec.name;
     let invalid = || CmdError::err(format!("invalid expire time in '{name}' command"));
-    let when = parse_i64(&args[2])?
+    let when = parse_i64(args[2])?
         .checked_mul(unit_ms)
         .ok_or_else(invalid)?;
-    let key = &args[1][..];
+    let key = args[1];
     // The base time is the view's, so the whole command sees one instant; the
     // overflow check that needs it runs under the lock, which costs nothing.
     let v = ctx.view();
@@ -222,20 +221,20 @@ fn expire_generic(
     Ok(Frame::Integer(1))
 }
 
-fn ttl(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn ttl(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     ttl_generic(ctx, args, false)
 }
 
-fn pttl(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn pttl(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     ttl_generic(ctx, args, true)
 }
 
 /// -2 for a missing key, -1 for no expiry, else the time left (seconds rounded to
 /// the nearest, as Redis does).
-fn ttl_generic(ctx: &mut Ctx<'_, '_>, args: &[Bytes], ms: bool) -> CmdResult {
+fn ttl_generic(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], ms: bool) -> CmdResult {
     let v = ctx.view();
     let now = v.now_ms();
-    let left = match v.get_notouch(&args[1]) {
+    let left = match v.get_notouch(args[1]) {
         None => -2,
         Some(e) => match e.expire_at() {
             None => -1,
@@ -248,16 +247,16 @@ fn ttl_generic(ctx: &mut Ctx<'_, '_>, args: &[Bytes], ms: bool) -> CmdResult {
     ctx.integer(left)
 }
 
-fn expiretime(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn expiretime(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     expiretime_generic(ctx, args, false)
 }
 
-fn pexpiretime(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn pexpiretime(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     expiretime_generic(ctx, args, true)
 }
 
-fn expiretime_generic(ctx: &mut Ctx<'_, '_>, args: &[Bytes], ms: bool) -> CmdResult {
-    let Some(e) = ctx.view().get_notouch(&args[1]) else {
+fn expiretime_generic(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], ms: bool) -> CmdResult {
+    let Some(e) = ctx.view().get_notouch(args[1]) else {
         return Ok(Frame::Integer(-2));
     };
     Ok(Frame::Integer(match e.expire_at() {
@@ -267,8 +266,8 @@ fn expiretime_generic(ctx: &mut Ctx<'_, '_>, args: &[Bytes], ms: bool) -> CmdRes
     }))
 }
 
-fn persist(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let key = &args[1][..];
+fn persist(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let key = args[1];
     let v = ctx.view();
     match v.peek(key).map(|e| e.expire_at().is_some()) {
         None => {
@@ -291,10 +290,7 @@ mod tests {
     #[test]
     fn expire_conditions() {
         let f = |s: &str| {
-            let opts: Vec<Bytes> = s
-                .split_whitespace()
-                .map(|w| Bytes::copy_from_slice(w.as_bytes()))
-                .collect();
+            let opts: Vec<&[u8]> = s.split_whitespace().map(str::as_bytes).collect();
             parse_expire_flags(&opts)
         };
         assert!(f("nx xx")

@@ -112,7 +112,7 @@ fn word_value(w: u64) -> Option<u64> {
 }
 
 /// Parses every argument as an id.
-pub fn parse_ids(args: &[Bytes]) -> Result<Vec<u64>, CmdError> {
+pub fn parse_ids(args: &[&[u8]]) -> Result<Vec<u64>, CmdError> {
     // Sized once: collecting through `Result` cannot know the length, and grew
     // the vector by doubling (a 20,000-id SADD reallocated 12 times).
     let mut ids = Vec::with_capacity(args.len());

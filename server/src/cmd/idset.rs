@@ -204,7 +204,7 @@ fn unpack(blob: &[u8]) -> Result<Packed<'_>, CmdError> {
 }
 
 /// IDSET.LOAD key [EX seconds | PX milliseconds] [RESERVE n] [LEASE token] [SEQ n] (TABLE blob | PACKED blob | IDS id …)
-fn load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn load(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let mut expire_ms: Option<i64> = None;
     let mut reserve = 0usize;
     let mut lease_token = None;
@@ -247,7 +247,7 @@ fn load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             if args.len() != i + 2 {
                 return Err(CmdError::Syntax);
             }
-            break IdSet::from_client(super::stored(value), ctx.server.config.table_check())?
+            break IdSet::from_client(ctx.stored(value), ctx.server.config.table_check())?
                 .reserved(reserve);
         } else if eq_ic(opt, "PACKED") {
             if args.len() != i + 2 {
@@ -300,19 +300,19 @@ fn check_reserve(ctx: &Ctx<'_, '_>, reserve: usize) -> Result<(), CmdError> {
     }
 }
 
-fn exists(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let id = parse_id(&args[2])?;
-    let found = match ctx.view().get(&args[1]) {
+fn exists(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let id = parse_id(args[2])?;
+    let found = match ctx.view().get(args[1]) {
         None => return Ok(Frame::Null),
         Some(e) => e.value().as_idset()?.contains(id),
     };
     ctx.integer(i64::from(found))
 }
 
-fn mexists(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn mexists(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let ids = parse_ids(&args[2..])?;
     let v = ctx.view();
-    let Some(e) = v.get(&args[1]) else {
+    let Some(e) = v.get(args[1]) else {
         return Ok(Frame::NullArray);
     };
     let table = e.value().as_idset()?.table();
@@ -324,8 +324,8 @@ fn mexists(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 }
 
 /// IDSET.MEXISTSBIN key packed-ids [LEASE [PX ms] [BLOCK ms]]
-fn mexistsbin(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let (key, packed) = (&args[1], unpack(&args[2])?);
+fn mexistsbin(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let (key, packed) = (&args[1], unpack(args[2])?);
     let lease = match args.get(3) {
         None => None,
         Some(opt) if eq_ic(opt, "LEASE") => Some(LeaseOpts::parse(ctx, &args[4..])?),
@@ -370,7 +370,7 @@ fn parse_seq(arg: &[u8], min: u64) -> Result<u64, CmdError> {
 
 /// The options of a write-through, `[XX] [SEQ n]` in any order (XX only where
 /// `xx_allowed`), and where the ids start.
-fn change_opts(args: &[Bytes], xx_allowed: bool) -> Result<(bool, Option<u64>, usize), CmdError> {
+fn change_opts(args: &[&[u8]], xx_allowed: bool) -> Result<(bool, Option<u64>, usize), CmdError> {
     let (mut xx, mut seq, mut i) = (false, None, 2);
     loop {
         match args.get(i) {
@@ -395,7 +395,7 @@ fn change_opts(args: &[Bytes], xx_allowed: bool) -> Result<(bool, Option<u64>, u
 }
 
 /// IDSET.ADD key [XX] [SEQ n] id …
-fn add(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn add(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let (xx, seq, first) = change_opts(args, true)?;
     if args.len() <= first {
         return Err(CmdError::WrongArity(ctx.spec.name.into()));
@@ -418,7 +418,7 @@ fn add(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 }
 
 /// IDSET.REM key [SEQ n] id …
-fn rem(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn rem(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let (_, seq, first) = change_opts(args, false)?;
     if args.len() <= first {
         return Err(CmdError::WrongArity(ctx.spec.name.into()));
@@ -442,8 +442,8 @@ fn rem(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     }
 }
 
-fn card(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    match ctx.view().get(&args[1]) {
+fn card(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    match ctx.view().get(args[1]) {
         None => Ok(Frame::Null),
         Some(e) => Ok(Frame::Integer(e.value().as_idset()?.len() as i64)),
     }
@@ -452,21 +452,21 @@ fn card(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 /// IDSET.TABLE key: the stored table, byte for byte, so a client can check
 /// membership locally with any reader of FORMAT.md (GET answers WRONGTYPE for a
 /// set, as Redis does).
-fn table(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    match ctx.view().get(&args[1]) {
+fn table(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    match ctx.view().get(args[1]) {
         None => Ok(Frame::Null),
         Some(e) => Ok(Frame::Bulk(e.value().as_idset()?.bytes().clone())),
     }
 }
 
-fn members(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn members(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let packed = match args.get(2) {
         None => false,
         Some(a) if eq_ic(a, "PACKED") && args.len() == 3 => true,
         Some(_) => return Err(CmdError::Syntax),
     };
     let v = ctx.view();
-    let Some(e) = v.get(&args[1]) else {
+    let Some(e) = v.get(args[1]) else {
         return Ok(if packed {
             Frame::Null
         } else {
@@ -485,11 +485,11 @@ fn members(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 /// IDSET.SCAN key cursor [COUNT n]: the cursor is a slot position, and COUNT the
 /// number of slots a call reads (see [`setcore::scan_page`] for what a full
 /// iteration guarantees).
-fn scan(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let cursor = parse_cursor(&args[2])?;
+fn scan(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let cursor = parse_cursor(args[2])?;
     let opts = ScanOpts::parse(&args[3..], false)?;
     let v = ctx.view();
-    let Some(e) = v.get(&args[1]) else {
+    let Some(e) = v.get(args[1]) else {
         return Ok(Frame::NullArray);
     };
     let table = e.value().as_idset()?.table();
@@ -497,9 +497,9 @@ fn scan(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(scan_reply(next, ids))
 }
 
-fn info(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn info(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let v = ctx.view();
-    let Some(e) = v.peek(&args[1]) else {
+    let Some(e) = v.peek(args[1]) else {
         return Ok(Frame::Null);
     };
     let set = e.value().as_idset()?;
@@ -531,8 +531,8 @@ fn info(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     ]))
 }
 
-fn which(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let id = parse_id(&args[1])?;
+fn which(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let id = parse_id(args[1])?;
     let v = ctx.view();
     let mut out = Vec::with_capacity(args.len() - 2);
     for key in &args[2..] {

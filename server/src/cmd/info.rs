@@ -72,7 +72,7 @@ const SECTIONS: [(Section, &str, &str, bool); 15] = [
 
 /// Which sections `INFO args…` selects. Unknown names select nothing (Redis
 /// replies with an empty string for `INFO nosuchsection`).
-fn selected_sections(args: &[Bytes]) -> [bool; SECTIONS.len()] {
+fn selected_sections(args: &[&[u8]]) -> [bool; SECTIONS.len()] {
     let mut want = [false; SECTIONS.len()];
     if args.is_empty() {
         return SECTIONS.map(|s| s.3);
@@ -96,7 +96,7 @@ fn field(out: &mut String, name: &str, value: impl std::fmt::Display) {
     let _ = write!(out, "{name}:{value}\r\n");
 }
 
-fn info(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn info(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let want = selected_sections(&args[1..]);
     let mut out = String::with_capacity(4096);
     for ((section, _, header, _), _) in SECTIONS.iter().zip(want).filter(|(_, w)| *w) {

@@ -197,7 +197,7 @@ fn key_spec_flags(spec: &CommandSpec) -> &'static [&'static [&'static str]] {
 
 /// The flags GETKEYSANDFLAGS reports for the key at `args[idx]`: Redis resolves
 /// SET's variable flags from its arguments.
-fn flags_for_key(spec: &CommandSpec, args: &[Bytes], idx: usize) -> &'static [&'static str] {
+fn flags_for_key(spec: &CommandSpec, args: &[&[u8]], idx: usize) -> &'static [&'static str] {
     if spec.name == "set" {
         return if args[3..].iter().any(|a| eq_ic(a, "GET")) {
             &["RW", "access", "update"]
@@ -374,25 +374,25 @@ fn docs_entry(spec: &CommandSpec) -> Frame {
     map(fields)
 }
 
-fn command_all(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn command_all(_: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     Ok(Frame::Array(
         registry().top_level().map(info_entry).collect(),
     ))
 }
 
-fn command_count(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn command_count(_: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     Ok(Frame::Integer(registry().top_level().count() as i64))
 }
 
-fn command_list(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn command_list(_: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let all = registry().all.iter();
     let names: Vec<Frame> = if args.len() == 2 {
         all.map(|s| bulk(s.name)).collect()
-    } else if args.len() == 5 && eq_ic(&args[2], "FILTERBY") {
+    } else if args.len() == 5 && eq_ic(args[2], "FILTERBY") {
         let arg = &args[4];
-        if eq_ic(&args[3], "MODULE") {
+        if eq_ic(args[3], "MODULE") {
             Vec::new() // relcache loads no modules
-        } else if eq_ic(&args[3], "ACLCAT") {
+        } else if eq_ic(args[3], "ACLCAT") {
             all.filter(|s| {
                 s.acl_categories()
                     .iter()
@@ -400,7 +400,7 @@ fn command_list(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
             })
             .map(|s| bulk(s.name))
             .collect()
-        } else if eq_ic(&args[3], "PATTERN") {
+        } else if eq_ic(args[3], "PATTERN") {
             all.filter(|s| crate::glob::matches(arg, s.name.as_bytes(), true))
                 .map(|s| bulk(s.name))
                 .collect()
@@ -413,7 +413,7 @@ fn command_list(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::Array(names))
 }
 
-fn command_info(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn command_info(_: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     if args.len() == 2 {
         return Ok(Frame::Array(
             registry().top_level().map(info_entry).collect(),
@@ -428,7 +428,7 @@ fn command_info(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     ))
 }
 
-fn command_docs(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn command_docs(_: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let reg = registry();
     let entries: Vec<(Frame, Frame)> = if args.len() == 2 {
         reg.top_level()
@@ -447,12 +447,12 @@ fn command_docs(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 
 /// Resolves the command in `target` (a full command line) and finds its keys,
 /// with Redis's COMMAND GETKEYS errors.
-fn keys_of(target: &[Bytes]) -> Result<(&'static CommandSpec, Vec<usize>), CmdError> {
+fn keys_of(target: &[&[u8]]) -> Result<(&'static CommandSpec, Vec<usize>), CmdError> {
     let reg = registry();
     let invalid = || CmdError::err("Invalid command specified");
-    let (_, mut spec) = reg.command(&target[0]).ok_or_else(invalid)?;
+    let (_, mut spec) = reg.command(target[0]).ok_or_else(invalid)?;
     if !spec.subcommands.is_empty() && target.len() >= 2 {
-        spec = reg.sub(spec, &target[1]).ok_or_else(invalid)?.1;
+        spec = reg.sub(spec, target[1]).ok_or_else(invalid)?.1;
     }
     if !spec.arity_ok(target.len()) {
         return Err(CmdError::err(
@@ -462,7 +462,7 @@ fn keys_of(target: &[Bytes]) -> Result<(&'static CommandSpec, Vec<usize>), CmdEr
     let keys = match spec.keys {
         Keys::Counted { at } => {
             // Redis refuses a key count that is not a number or runs past the end.
-            let n = parse_i64_opt(&target[at])
+            let n = parse_i64_opt(target[at])
                 .and_then(|n| usize::try_from(n).ok())
                 .filter(|&n| at + n < target.len())
                 .ok_or_else(|| CmdError::err("Invalid arguments specified for command"))?;
@@ -478,17 +478,17 @@ fn keys_of(target: &[Bytes]) -> Result<(&'static CommandSpec, Vec<usize>), CmdEr
     Ok((spec, keys))
 }
 
-fn command_getkeys(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn command_getkeys(_: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let target = &args[2..];
     let (_, keys) = keys_of(target)?;
     Ok(Frame::Array(
         keys.into_iter()
-            .map(|i| Frame::Bulk(target[i].clone()))
+            .map(|i| Frame::Bulk(Bytes::copy_from_slice(target[i])))
             .collect(),
     ))
 }
 
-fn command_getkeysandflags(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn command_getkeysandflags(_: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let target = &args[2..];
     let (spec, keys) = keys_of(target)?;
     Ok(Frame::Array(
@@ -498,7 +498,10 @@ fn command_getkeysandflags(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
                     .iter()
                     .map(|&f| status(f))
                     .collect();
-                Frame::Array(vec![Frame::Bulk(target[i].clone()), Frame::Set(flags)])
+                Frame::Array(vec![
+                    Frame::Bulk(Bytes::copy_from_slice(target[i])),
+                    Frame::Set(flags),
+                ])
             })
             .collect(),
     ))
@@ -517,7 +520,7 @@ pub(super) fn help_reply(cmd: &str, lines: &[&'static str]) -> Frame {
     Frame::Array(out)
 }
 
-fn command_help(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn command_help(_: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     Ok(help_reply(
         "COMMAND",
         &[

@@ -201,7 +201,7 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
 /// DEL frees what it deletes before it replies, as Redis's does by default; with
 /// `lazyfree-lazy-user-del yes` it is UNLINK. Either way a big value is freed off
 /// the loop and outside the shard locks ([`Free`]), so only this client waits.
-fn del(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn del(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let how = if ctx.server.config.lazyfree_lazy_user_del.load(Relaxed) {
         Free::Later
     } else {
@@ -211,12 +211,12 @@ fn del(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 }
 
 /// UNLINK replies at once and leaves big values to the lazy-free thread.
-fn unlink(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn unlink(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     delete_keys(ctx, &args[1..], Free::Later)
 }
 
 /// Counts the live keys removed (a key named twice counts once, as in Redis).
-fn delete_keys(ctx: &mut Ctx<'_, '_>, keys: &[Bytes], how: Free) -> CmdResult {
+fn delete_keys(ctx: &mut Ctx<'_, '_>, keys: &[&[u8]], how: Free) -> CmdResult {
     let mut removed = 0;
     for key in keys {
         if ctx.view().delete(key, how) {
@@ -228,7 +228,7 @@ fn delete_keys(ctx: &mut Ctx<'_, '_>, keys: &[Bytes], how: Free) -> CmdResult {
 }
 
 /// EXISTS counts every argument that names a live key, repeats included.
-fn exists(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn exists(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let v = ctx.view();
     let n = args[1..]
         .iter()
@@ -238,16 +238,16 @@ fn exists(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 }
 
 /// TOUCH is EXISTS that also records an access.
-fn touch(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn touch(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let v = ctx.view();
     let n = args[1..].iter().filter(|k| v.get(k).is_some()).count();
     Ok(Frame::Integer(n as i64))
 }
 
-fn type_cmd(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn type_cmd(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let name = ctx
         .view()
-        .get_notouch(&args[1])
+        .get_notouch(args[1])
         .map_or("none", |e| e.value().type_name());
     Ok(Frame::Simple(Bytes::from_static(name.as_bytes())))
 }
@@ -271,8 +271,8 @@ pub(super) fn reap_if_expired(v: &mut View<'_>, key: &[u8]) {
 /// not worth a thread wake-up.
 const KEYS_OFFLOAD: usize = 10_000;
 
-fn keys(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let pattern = &args[1][..];
+fn keys(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let pattern = args[1];
     let big = ctx.server.db.len() > KEYS_OFFLOAD;
     let v = ctx.view();
     let walk = || matching_keys(v, pattern);
@@ -302,7 +302,7 @@ fn matching_keys(v: &View<'_>, pattern: &[u8]) -> Vec<Frame> {
 /// almost every key has expired but not yet been reclaimed.
 const RANDOMKEY_TRIES: usize = 100;
 
-fn randomkey(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn randomkey(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     let v = ctx.view();
     let now = v.now_ms();
     let maps: Vec<&ShardMap> = v.shards().map(|(_, m)| m).collect();
@@ -494,25 +494,25 @@ fn scan_step(
     (pos.encode(), out)
 }
 
-fn scan(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let cursor = parse_cursor(&args[1])?;
+fn scan(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let cursor = parse_cursor(args[1])?;
     let mut count: i64 = 10;
     let mut pattern: Option<&[u8]> = None;
     let mut type_name: Option<&[u8]> = None;
     let mut i = 2;
     while i < args.len() {
         let has_value = i + 1 < args.len();
-        if eq_ic(&args[i], "COUNT") && has_value {
-            count = parse_i64(&args[i + 1])?;
+        if eq_ic(args[i], "COUNT") && has_value {
+            count = parse_i64(args[i + 1])?;
             if count < 1 {
                 return Err(CmdError::Syntax);
             }
-        } else if eq_ic(&args[i], "MATCH") && has_value {
+        } else if eq_ic(args[i], "MATCH") && has_value {
             // "*" matches everything: skip the matcher.
-            pattern = (&args[i + 1][..] != b"*").then_some(&args[i + 1][..]);
-        } else if eq_ic(&args[i], "TYPE") && has_value {
+            pattern = (args[i + 1] != b"*").then_some(args[i + 1]);
+        } else if eq_ic(args[i], "TYPE") && has_value {
             // Redis 7.2 accepts any name; an unknown one simply matches nothing.
-            type_name = Some(&args[i + 1][..]);
+            type_name = Some(args[i + 1]);
         } else {
             return Err(CmdError::Syntax);
         }
@@ -541,18 +541,18 @@ fn scan(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 // ---------------------------------------------------------------------------------
 // RENAME.
 
-fn rename(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn rename(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     rename_generic(ctx, args, false)
 }
 
-fn renamenx(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn renamenx(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     rename_generic(ctx, args, true)
 }
 
 /// Moves the value and its expiry; both keys' shards are write-locked by the view,
 /// so the move is atomic even when they live in different shards.
-fn rename_generic(ctx: &mut Ctx<'_, '_>, args: &[Bytes], nx: bool) -> CmdResult {
-    let (src, dst) = (&args[1][..], &args[2][..]);
+fn rename_generic(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], nx: bool) -> CmdResult {
+    let (src, dst) = (args[1], args[2]);
     let v = ctx.view();
     if !v.contains(src) {
         reap_if_expired(v, src);
@@ -591,8 +591,8 @@ fn string_encoding(s: &[u8]) -> &'static str {
     }
 }
 
-fn object_encoding(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let Some(e) = ctx.view().get_notouch(&args[2]) else {
+fn object_encoding(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let Some(e) = ctx.view().get_notouch(args[2]) else {
         return Ok(Frame::Null);
     };
     // Every non-string type relcache has is a hash table of some kind.
@@ -605,9 +605,9 @@ fn object_encoding(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 
 /// OBJECT IDLETIME reads the key without counting as an access. The LRU clock is
 /// in milliseconds; the reply is whole seconds, as Redis's.
-fn object_idletime(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn object_idletime(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let v = ctx.view();
-    let Some(e) = v.get_notouch(&args[2]) else {
+    let Some(e) = v.get_notouch(args[2]) else {
         return Ok(Frame::Null);
     };
     // A concurrent reader may have just stored a newer access time: idle_ms reads
@@ -616,8 +616,8 @@ fn object_idletime(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::Integer((idle_ms / 1000) as i64))
 }
 
-fn object_freq(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    if ctx.view().get_notouch(&args[2]).is_none() {
+fn object_freq(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    if ctx.view().get_notouch(args[2]).is_none() {
         return Ok(Frame::Null);
     }
     // relcache has no LFU policy, so access frequency is never tracked.
@@ -627,14 +627,14 @@ fn object_freq(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 }
 
 /// Values are never shared between keys, so every live value has one reference.
-fn object_refcount(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    Ok(match ctx.view().get_notouch(&args[2]) {
+fn object_refcount(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    Ok(match ctx.view().get_notouch(args[2]) {
         Some(_) => Frame::Integer(1),
         None => Frame::Null,
     })
 }
 
-fn object_help(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn object_help(_: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     Ok(help_reply(
         "OBJECT",
         &[

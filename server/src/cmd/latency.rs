@@ -78,7 +78,7 @@ const SUBCOMMANDS: &[CommandSpec] = &[
     },
 ];
 
-fn latest(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn latest(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     let rows = ctx
         .server
         .observe
@@ -98,12 +98,12 @@ fn latest(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     Ok(Frame::Array(rows))
 }
 
-fn history(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn history(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let samples = ctx
         .server
         .observe
         .latency
-        .history(&args[2])
+        .history(args[2])
         .map(|h| h.samples)
         .unwrap_or_default();
     Ok(Frame::Array(
@@ -114,7 +114,7 @@ fn history(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     ))
 }
 
-fn reset(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn reset(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let names: Vec<&[u8]> = args[2..].iter().map(|a| &a[..]).collect();
     Ok(Frame::Integer(
         ctx.server.observe.latency.reset(&names) as i64
@@ -124,7 +124,7 @@ fn reset(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 /// A map of command name to its calls and cumulative distribution; every command
 /// called so far without arguments, else the named ones (a container names its
 /// subcommands). Unknown names are skipped, as in Redis.
-fn histogram(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn histogram(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let wanted: Vec<String> = args[2..]
         .iter()
         .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
@@ -160,7 +160,7 @@ fn histogram(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::Map(out))
 }
 
-fn help(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn help(_: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     Ok(help_reply(
         "LATENCY",
         &[

@@ -20,7 +20,6 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use relcache_protocol::resp::Frame;
 
 use super::spec::{self, CommandSpec, Group, Keys};
@@ -68,7 +67,7 @@ pub(super) struct LeaseOpts {
 
 impl LeaseOpts {
     /// Parses `[PX ms] [BLOCK ms]` in any order.
-    pub fn parse(ctx: &Ctx<'_, '_>, opts: &[Bytes]) -> Result<LeaseOpts, CmdError> {
+    pub fn parse(ctx: &Ctx<'_, '_>, opts: &[&[u8]]) -> Result<LeaseOpts, CmdError> {
         let mut parsed = LeaseOpts {
             ttl_ms: ctx.server.config.lease_timeout.load(Relaxed),
             block: None,
@@ -106,18 +105,18 @@ impl LeaseOpts {
 }
 
 /// IDSET.LEASE key [PX ms] [BLOCK ms]
-fn lease(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn lease(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let opts = LeaseOpts::parse(ctx, &args[2..])?;
-    if ctx.view().get(&args[1]).is_some() {
+    if ctx.view().get(args[1]).is_some() {
         return Ok(Frame::Integer(0));
     }
-    on_miss(ctx, &args[1], opts)
+    on_miss(ctx, args[1], opts)
 }
 
 /// IDSET.RELEASE key token
-fn release(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let token = parse_token(&args[2])?;
-    let released = ctx.view().end_lease(&args[1], token);
+fn release(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let token = parse_token(args[2])?;
+    let released = ctx.view().end_lease(args[1], token);
     if released {
         ctx.server.stats.lease_releases.incr();
     }

@@ -183,11 +183,11 @@ pub(super) fn human(n: u64) -> String {
 /// MEMORY USAGE key [SAMPLES count]: the key's bytes, its value's heap and the
 /// fixed per-entry overhead of [`entry_overhead`] (plus [`expire_overhead`] for a
 /// key with a TTL). Values are measured whole, so SAMPLES is validated and ignored.
-fn memory_usage(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn memory_usage(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let mut i = 3;
     while i < args.len() {
-        if eq_ic(&args[i], "samples") && i + 1 < args.len() {
-            if parse_i64(&args[i + 1])? < 0 {
+        if eq_ic(args[i], "samples") && i + 1 < args.len() {
+            if parse_i64(args[i + 1])? < 0 {
                 return Err(CmdError::Syntax);
             }
             i += 2;
@@ -209,7 +209,7 @@ fn memory_usage(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     })
 }
 
-fn memory_stats(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn memory_stats(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     let server = ctx.server;
     let used = used_memory();
     let peak = peak_memory(used);
@@ -272,7 +272,7 @@ fn memory_stats(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     Ok(Frame::Map(m))
 }
 
-fn memory_doctor(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn memory_doctor(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     let used = used_memory();
     let text = if used < 5 * 1024 * 1024 || ctx.server.db.is_empty() {
         "Hi Sam, this instance is empty or is using very little memory, my issues detector can't be used in these conditions. Please, leave for your mission on Earth and fill it with some data. The new Sam and I will be back to our programming as soon as I finished rebooting."
@@ -285,19 +285,19 @@ fn memory_doctor(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     })
 }
 
-fn memory_malloc_stats(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn memory_malloc_stats(_: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     Ok(Frame::Verbatim {
         format: *b"txt",
         text: Bytes::from_static(b"Stats not supported for the current allocator"),
     })
 }
 
-fn memory_purge(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn memory_purge(_: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     // The system allocator has no purge call; freed memory is returned as it goes.
     Ok(Frame::ok())
 }
 
-fn memory_help(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn memory_help(_: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     Ok(help_reply(
         "MEMORY",
         &[

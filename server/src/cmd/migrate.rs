@@ -115,9 +115,9 @@ fn payload_of(value: &Value) -> Vec<u8> {
     }
 }
 
-fn dump_cmd(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn dump_cmd(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     // A clone shares the stored bytes: the lock is held only to find them.
-    let Some(value) = ctx.view().get(&args[1]).map(|e| e.value().clone()) else {
+    let Some(value) = ctx.view().get(args[1]).map(|e| e.value().clone()) else {
         return Ok(Frame::Null);
     };
     ctx.release_view();
@@ -136,27 +136,27 @@ struct RestoreOpts {
     idle: Option<u64>,
 }
 
-fn parse_restore_opts(args: &[Bytes]) -> Result<RestoreOpts, CmdError> {
+fn parse_restore_opts(args: &[&[u8]]) -> Result<RestoreOpts, CmdError> {
     let mut o = RestoreOpts::default();
     let mut freq = false;
     let mut j = 4;
     while j < args.len() {
         let more = j + 1 < args.len();
-        let a = &args[j][..];
+        let a = args[j];
         if eq_ic(a, "replace") {
             o.replace = true;
         } else if eq_ic(a, "absttl") {
             o.absttl = true;
         } else if eq_ic(a, "idletime") && more && !freq {
             j += 1;
-            let idle = parse_i64(&args[j])?;
+            let idle = parse_i64(args[j])?;
             o.idle = Some(
                 u64::try_from(idle)
                     .map_err(|_| CmdError::err("Invalid IDLETIME value, must be >= 0"))?,
             );
         } else if eq_ic(a, "freq") && more && o.idle.is_none() {
             j += 1;
-            let f = parse_i64(&args[j])?;
+            let f = parse_i64(args[j])?;
             if !(0..=255).contains(&f) {
                 return Err(CmdError::err("Invalid FREQ value, must be >= 0 and <= 255"));
             }
@@ -190,14 +190,14 @@ fn value_of(payload: &[u8], how: Check) -> Result<Value, CmdError> {
 }
 
 /// RESTORE and RESTORE-ASKING.
-fn restore(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn restore(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let opts = parse_restore_opts(args)?;
     // Parsed and decoded before the lock, reported in Redis's order under it.
-    let ttl = parse_i64(&args[2]).and_then(|t| {
+    let ttl = parse_i64(args[2]).and_then(|t| {
         u64::try_from(t).map_err(|_| CmdError::err("Invalid TTL value, must be >= 0"))
     });
-    let value = value_of(&args[3], ctx.server.config.table_check());
-    let key = &args[1][..];
+    let value = value_of(args[3], ctx.server.config.table_check());
+    let key = args[1];
     let v = ctx.view();
     if !opts.replace && v.contains(key) {
         return Err(CmdError::Coded(
@@ -249,7 +249,7 @@ struct MigrateOpts<'a> {
     db: i64,
 }
 
-fn parse_migrate_opts(args: &[Bytes]) -> Result<MigrateOpts<'_>, CmdError> {
+fn parse_migrate_opts<'a>(args: &[&'a [u8]]) -> Result<MigrateOpts<'a>, CmdError> {
     let mut o = MigrateOpts {
         copy: false,
         replace: false,
@@ -262,7 +262,7 @@ fn parse_migrate_opts(args: &[Bytes]) -> Result<MigrateOpts<'_>, CmdError> {
     let mut j = 6;
     while j < args.len() {
         let more = args.len() - 1 - j;
-        let a = &args[j][..];
+        let a = args[j];
         if eq_ic(a, "copy") {
             o.copy = true;
         } else if eq_ic(a, "replace") {
@@ -272,12 +272,12 @@ fn parse_migrate_opts(args: &[Bytes]) -> Result<MigrateOpts<'_>, CmdError> {
                 return Err(CmdError::Syntax);
             }
             j += 1;
-            o.auth = Some((None, &args[j][..]));
+            o.auth = Some((None, args[j]));
         } else if eq_ic(a, "auth2") {
             if more < 2 {
                 return Err(CmdError::Syntax);
             }
-            o.auth = Some((Some(&args[j + 1][..]), &args[j + 2][..]));
+            o.auth = Some((Some(args[j + 1]), args[j + 2]));
             j += 2;
         } else if eq_ic(a, "keys") {
             if !args[3].is_empty() {
@@ -293,8 +293,8 @@ fn parse_migrate_opts(args: &[Bytes]) -> Result<MigrateOpts<'_>, CmdError> {
         }
         j += 1;
     }
-    let timeout = parse_i64(&args[5])?;
-    o.db = parse_i64(&args[4])?;
+    let timeout = parse_i64(args[5])?;
+    o.db = parse_i64(args[4])?;
     let ms = if timeout <= 0 { 1000 } else { timeout as u64 };
     o.timeout = Duration::from_millis(ms);
     Ok(o)
@@ -322,7 +322,7 @@ enum Sent {
     },
 }
 
-fn migrate(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn migrate(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let opts = parse_migrate_opts(args)?;
     if ctx.in_exec() {
         // Inside MULTI or a script the locks are held throughout: the network
@@ -344,7 +344,7 @@ fn migrate(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         .filter_map(|k| {
             let e = v.get(k)?;
             Some(Outgoing {
-                key: k.clone(),
+                key: Bytes::copy_from_slice(k),
                 value: e.value().clone(),
                 expire_at: e.expire_at(),
             })
@@ -353,7 +353,7 @@ fn migrate(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     if outgoing.is_empty() {
         return Ok(Frame::Simple(Bytes::from_static(b"NOKEY")));
     }
-    let (host, port) = (&args[1][..], &args[2][..]);
+    let (host, port) = (args[1], args[2]);
     let sent = crate::offload::offload(|| {
         let request = restore_requests(&opts, &outgoing, now, asking);
         exchange(host, port, &opts, &request, outgoing.len())

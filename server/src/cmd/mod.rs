@@ -10,6 +10,7 @@
 //! [`Ctx::close_after_reply`]), and [`dispatch`] hands the connection a [`Flow`]:
 //! control travels as values, never as flags left on the session.
 
+mod argv;
 pub mod spec;
 
 mod cluster;
@@ -54,6 +55,7 @@ use crate::error::CmdError;
 use crate::output::Output;
 use crate::server::Server;
 use crate::session::Session;
+pub use argv::{with_owned, Argv};
 pub use spec::{CommandSpec, Keys};
 
 /// Every top-level command family's table.
@@ -168,7 +170,7 @@ pub struct Ctx<'a, 'v> {
     pub server: &'a Server,
     pub session: &'v mut Session,
     pub spec: &'static CommandSpec,
-    args: &'v [Bytes],
+    args: Argv<'v>,
     view: ViewSlot<'a, 'v>,
     /// Set for write commands until their view has revoked their keys' leases.
     revoke_leases: bool,
@@ -190,6 +192,11 @@ pub struct Ctx<'a, 'v> {
 }
 
 impl<'a, 'v> Ctx<'a, 'v> {
+    /// What the command stores of `arg`, one of its arguments ([`Argv::stored`]).
+    pub fn stored(&self, arg: &[u8]) -> Bytes {
+        self.args.stored(arg)
+    }
+
     /// The locked keyspace for this command's keys, locked on first use so a handler
     /// can parse and validate its arguments before taking any lock.
     ///
@@ -206,7 +213,7 @@ impl<'a, 'v> Ctx<'a, 'v> {
                 LockMode::Read
             };
             let db = &self.server.db;
-            let mut v = match command_keys(self.spec, self.args) {
+            let mut v = match command_keys(self.spec, &self.args) {
                 Some(keys) => db.view_of(keys.iter().copied(), mode),
                 None => db.view::<&[u8]>(&[], true, mode),
             };
@@ -219,13 +226,13 @@ impl<'a, 'v> Ctx<'a, 'v> {
             ViewSlot::Unlocked => unreachable!(),
         };
         if std::mem::take(&mut self.track_reads) {
-            if let Some(keys) = command_keys(self.spec, self.args) {
+            if let Some(keys) = command_keys(self.spec, &self.args) {
                 let id = self.session.id();
                 keys.iter().for_each(|k| v.track(k, id));
             }
         }
         if std::mem::take(&mut self.revoke_leases) && v.db().leases_out() > 0 {
-            let ended = match command_keys(self.spec, self.args) {
+            let ended = match command_keys(self.spec, &self.args) {
                 Some(keys) => v.revoke_leases(keys.iter().copied()),
                 None => v.revoke_all_leases(),
             };
@@ -256,7 +263,7 @@ impl<'a, 'v> Ctx<'a, 'v> {
             ViewSlot::Own(v) if v.mode() == LockMode::Write => true,
             _ => {
                 self.release_view();
-                let mut v = match command_keys(self.spec, self.args) {
+                let mut v = match command_keys(self.spec, &self.args) {
                     Some(keys) => db.view_of(keys.iter().copied(), LockMode::Write),
                     None => db.view::<&[u8]>(&[], true, LockMode::Write),
                 };
@@ -474,7 +481,7 @@ enum Then {
 pub fn dispatch(
     server: &Server,
     session: &mut Session,
-    args: &[Bytes],
+    args: Argv<'_>,
     out: &mut Output,
     resumed: Option<Instant>,
 ) -> Flow {
@@ -500,7 +507,7 @@ pub fn dispatch(
     if session.asking
         && session.multi.is_none()
         && !matches!(outcome, Outcome::Park(_))
-        && !eq_ic(&args[0], "asking")
+        && !eq_ic(args[0], "asking")
     {
         session.asking = false;
     }
@@ -509,7 +516,7 @@ pub fn dispatch(
     // transaction.
     if let Some(t) = session.tracking.as_deref_mut() {
         let answered = !matches!(outcome, Outcome::Park(_));
-        if t.caching && answered && session.multi.is_none() && !eq_ic(&args[0], "client") {
+        if t.caching && answered && session.multi.is_none() && !eq_ic(args[0], "client") {
             t.caching = false;
         }
     }
@@ -586,12 +593,12 @@ fn is_big(reply: &Frame) -> bool {
 fn execute(
     server: &Server,
     session: &mut Session,
-    args: &[Bytes],
+    args: Argv<'_>,
     resumed: Option<Instant>,
     output: Option<&mut BytesMut>,
 ) -> Outcome {
     let reg = registry();
-    let resolved = resolve_cached(reg, &mut session.last_command, args);
+    let resolved = resolve_cached(reg, &mut session.last_command, &args);
     let (id, spec) = match resolved {
         Ok(found) => found,
         Err(e) => {
@@ -659,7 +666,7 @@ fn execute(
             } else {
                 m.decide_unlocked(
                     server,
-                    command_keys(spec, args).unwrap_or_default().into_iter(),
+                    command_keys(spec, &args).unwrap_or_default().into_iter(),
                 )
             };
             if let Err(redirect) = placed {
@@ -679,7 +686,7 @@ fn execute(
             }
         }
         if let Some(m) = &mut session.multi {
-            m.queue(args);
+            m.queue(args.to_owned_vec());
             session
                 .info
                 .multi
@@ -723,11 +730,11 @@ fn run_moving(
     session: &mut Session,
     id: usize,
     spec: &'static CommandSpec,
-    args: &[Bytes],
+    args: Argv<'_>,
     moving: crate::cluster::route::Moving,
     resumed: Option<Instant>,
 ) -> Outcome {
-    let keys = command_keys(spec, args).unwrap_or_default();
+    let keys = command_keys(spec, &args).unwrap_or_default();
     let mode = if spec.has(spec::WRITE) || spec.has(spec::LOCK_WRITE) {
         LockMode::Write
     } else {
@@ -758,11 +765,11 @@ fn cluster_route(
     server: &Server,
     session: &Session,
     spec: &'static CommandSpec,
-    args: &[Bytes],
+    args: Argv<'_>,
 ) -> Result<crate::cluster::route::Placed, crate::cluster::route::Redirect> {
     let asking = session.asking;
     if !spec.has(spec::RUNS_QUEUED) {
-        return crate::cluster::route::route(server, std::iter::once((spec, args)), asking);
+        return crate::cluster::route::route(server, std::iter::once((spec, &args[..])), asking);
     }
     let Some(multi) = &session.multi else {
         return Ok(crate::cluster::route::Placed::Here);
@@ -866,7 +873,7 @@ fn script_gate(
     server: &Server,
     session: &Session,
     spec: &CommandSpec,
-    args: &[Bytes],
+    args: Argv<'_>,
     resumed: Option<Instant>,
 ) -> Gate {
     use crate::script::Holder;
@@ -914,7 +921,7 @@ fn gate_shards(
     server: &Server,
     session: &Session,
     spec: &CommandSpec,
-    args: &[Bytes],
+    args: Argv<'_>,
 ) -> Option<Vec<usize>> {
     let mut shards: Vec<usize> = match spec.has(spec::UNWATCHES) {
         true => session
@@ -924,20 +931,19 @@ fn gate_shards(
             .collect(),
         false => Vec::new(),
     };
-    let mut add = |spec: &CommandSpec, args: &[Bytes]| -> Option<()> {
-        let idx = spec.key_indices(args)?;
-        shards.extend(idx.iter().map(|&i| server.db.shard_index(&args[i])));
+    let mut add = |keys: Option<smallvec::SmallVec<[&[u8]; 4]>>| -> Option<()> {
+        shards.extend(keys?.iter().map(|k| server.db.shard_index(k)));
         Some(())
     };
     match &session.multi {
         Some(m) if spec.has(spec::RUNS_QUEUED) => {
             for queued in &m.queued {
                 if let Ok((_, spec)) = resolve(registry(), queued) {
-                    add(spec, queued)?;
+                    add(command_keys(spec, queued))?;
                 }
             }
         }
-        _ => add(spec, args)?,
+        _ => add(command_keys(spec, &args))?,
     }
     Some(shards)
 }
@@ -977,22 +983,25 @@ impl LastCommand {
 fn resolve_cached(
     reg: &Registry,
     last: &mut LastCommand,
-    args: &[Bytes],
+    args: &[&[u8]],
 ) -> Result<(usize, &'static CommandSpec), CmdError> {
-    if let Some(id) = last.get(&args[0]) {
+    if let Some(id) = last.get(args[0]) {
         let spec = reg.by_id(id);
         if spec.arity_ok(args.len()) {
             return Ok((id, spec));
         }
     }
     let (id, spec) = resolve(reg, args)?;
-    last.remember(&args[0], id, spec);
+    last.remember(args[0], id, spec);
     Ok((id, spec))
 }
 
 /// Finds the command (and subcommand) for `args` and checks its arity.
-fn resolve(reg: &Registry, args: &[Bytes]) -> Result<(usize, &'static CommandSpec), CmdError> {
-    let Some((mut id, mut spec)) = reg.command(&args[0]) else {
+fn resolve(
+    reg: &Registry,
+    args: &[impl AsRef<[u8]>],
+) -> Result<(usize, &'static CommandSpec), CmdError> {
+    let Some((mut id, mut spec)) = reg.command(args[0].as_ref()) else {
         return Err(unknown_command(args));
     };
     // A container called bare runs its own handler when its arity allows that
@@ -1001,9 +1010,10 @@ fn resolve(reg: &Registry, args: &[Bytes]) -> Result<(usize, &'static CommandSpe
         if args.len() < 2 {
             return Err(CmdError::WrongArity(spec.name.to_string()));
         }
+        let sub = args[1].as_ref();
         (id, spec) = reg
-            .sub(spec, &args[1])
-            .ok_or_else(|| CmdError::unknown_subcommand(spec.name, &args[1]))?;
+            .sub(spec, sub)
+            .ok_or_else(|| CmdError::unknown_subcommand(spec.name, sub))?;
     }
     if !spec.arity_ok(args.len()) {
         return Err(CmdError::WrongArity(spec.name.to_string()));
@@ -1013,12 +1023,13 @@ fn resolve(reg: &Registry, args: &[Bytes]) -> Result<(usize, &'static CommandSpe
 
 /// Redis's text: the name and up to the first few arguments, each quoted, each
 /// followed by a space.
-fn unknown_command(args: &[Bytes]) -> CmdError {
+fn unknown_command(args: &[impl AsRef<[u8]>]) -> CmdError {
+    let name = args[0].as_ref();
     let mut msg = format!(
         "unknown command '{}', with args beginning with: ",
-        String::from_utf8_lossy(&args[0][..args[0].len().min(128)])
+        String::from_utf8_lossy(&name[..name.len().min(128)])
     );
-    for a in args.iter().skip(1) {
+    for a in args.iter().skip(1).map(AsRef::as_ref) {
         if msg.len() >= 128 {
             break;
         }
@@ -1032,13 +1043,13 @@ fn unknown_command(args: &[Bytes]) -> CmdError {
 /// inline for the handful of keys nearly every command has.
 pub(crate) fn command_keys<'x>(
     spec: &CommandSpec,
-    args: &'x [Bytes],
+    args: &'x [impl AsRef<[u8]>],
 ) -> Option<smallvec::SmallVec<[&'x [u8]; 4]>> {
     match spec.keys {
         // One key at a fixed place (GET, SET, SISMEMBER …): most requests.
         Keys::Range { first, last, .. } if first == last && first > 0 => {
             Some(match args.get(first as usize) {
-                Some(arg) => smallvec::smallvec![&arg[..]],
+                Some(arg) => smallvec::smallvec![arg.as_ref()],
                 None => smallvec::SmallVec::new(),
             })
         }
@@ -1052,13 +1063,13 @@ pub(crate) fn command_keys<'x>(
             Some(
                 (first as i64..=end.min(args.len() as i64 - 1))
                     .step_by(step.max(1) as usize)
-                    .map(|i| &args[i as usize][..])
+                    .map(|i| args[i as usize].as_ref())
                     .collect(),
             )
         }
         _ => spec
             .key_indices(args)
-            .map(|idx| idx.iter().map(|&i| &args[i][..]).collect()),
+            .map(|idx| idx.iter().map(|&i| args[i].as_ref()).collect()),
     }
 }
 
@@ -1068,7 +1079,7 @@ pub(crate) fn run<'a, 'v>(
     session: &'v mut Session,
     id: usize,
     spec: &'static CommandSpec,
-    args: &'v [Bytes],
+    args: Argv<'v>,
     exec_view: Option<&'v mut View<'a>>,
     resumed: Option<Instant>,
 ) -> Outcome {
@@ -1088,7 +1099,7 @@ fn run_in<'a, 'v>(
     session: &'v mut Session,
     id: usize,
     spec: &'static CommandSpec,
-    args: &'v [Bytes],
+    args: Argv<'v>,
     view: ViewSlot<'a, 'v>,
     resumed: Option<Instant>,
     output: Option<&'v mut BytesMut>,
@@ -1118,7 +1129,7 @@ fn run_in<'a, 'v>(
         earlier: Vec::new(),
         output,
     };
-    let result = (spec.handler)(&mut ctx, args);
+    let result = (spec.handler)(&mut ctx, &args);
     let then = ctx.then;
     if let ViewSlot::Own(v) = &ctx.view {
         server.absorb_view_stats(v);
@@ -1135,7 +1146,7 @@ fn run_in<'a, 'v>(
     let nanos = start.elapsed_ns();
     stats.nanos.add(nanos);
     server.stats.total_commands_processed.incr();
-    crate::observe::after_command(server, &ctx.session.info, id, spec, args, nanos);
+    crate::observe::after_command(server, &ctx.session.info, id, spec, &args, nanos);
     let reply = result.unwrap_or_else(|e| {
         stats.failed_calls.incr();
         e.to_frame()
@@ -1157,20 +1168,6 @@ fn run_in<'a, 'v>(
 // Argument parsing shared by the families.
 
 /// Parses a Redis integer argument (`string2ll` rules: no spaces, no `+`, fits i64).
-/// What a command stores of an argument: the argument itself when it is big, which
-/// then owns its allocation (the decoder gives every argument of
-/// [`BIG_ARG`](relcache_protocol::resp::BIG_ARG) or more one of its own, and a
-/// script's arguments are copies), so a 213 KB table or a 400 MB string is not
-/// copied again; a copy of a smaller one, which is a slice of the read buffer
-/// and must not pin it.
-pub(crate) fn stored(arg: &Bytes) -> Bytes {
-    if arg.len() >= relcache_protocol::resp::BIG_ARG {
-        arg.clone()
-    } else {
-        Bytes::copy_from_slice(arg)
-    }
-}
-
 pub fn parse_i64(arg: &[u8]) -> Result<i64, CmdError> {
     parse_i64_opt(arg).ok_or(CmdError::NotInteger)
 }
@@ -1188,10 +1185,8 @@ pub fn eq_ic(arg: &[u8], word: &str) -> bool {
 
 /// Arguments from string literals, for the families' unit tests.
 #[cfg(test)]
-pub(crate) fn test_args(v: &[&str]) -> Vec<Bytes> {
-    v.iter()
-        .map(|s| Bytes::copy_from_slice(s.as_bytes()))
-        .collect()
+pub(crate) fn test_args<'a>(v: &[&'a str]) -> Vec<&'a [u8]> {
+    v.iter().map(|s| s.as_bytes()).collect()
 }
 
 #[cfg(test)]
@@ -1218,7 +1213,13 @@ mod tests {
     fn integer_replies_go_into_the_output_when_they_may() {
         let (server, mut session) = server_and_session();
         let run = |session: &mut Session, args: &[&str], out: Option<&mut BytesMut>| {
-            execute(&server, session, &test_args(args), None, out)
+            execute(
+                &server,
+                session,
+                Argv::new(&test_args(args), &[]),
+                None,
+                out,
+            )
         };
         let mut out = BytesMut::new();
         assert!(matches!(

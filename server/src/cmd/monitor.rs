@@ -1,6 +1,5 @@
 //! MONITOR: turns this connection into a monitor (see [`crate::observe::monitor`]).
 
-use bytes::Bytes;
 use relcache_protocol::resp::Frame;
 
 use super::spec::{self, CommandSpec, Group};
@@ -18,7 +17,7 @@ pub(super) const COMMANDS: &[CommandSpec] = &[CommandSpec {
     ..CommandSpec::DEFAULT
 }];
 
-fn monitor(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn monitor(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     // A transaction expects one reply per command; a feed has no end.
     if ctx.in_exec() {
         return Err(CmdError::err(

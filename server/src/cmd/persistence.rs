@@ -44,7 +44,7 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
 
 const IN_PROGRESS: &str = "Background save already in progress";
 
-fn lastsave(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn lastsave(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     let secs = ctx
         .server
         .persist
@@ -53,7 +53,7 @@ fn lastsave(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     Ok(Frame::Integer(secs as i64))
 }
 
-fn save(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn save(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     let server = ctx.server;
     match crate::offload::offload(|| persist::save_now(server)) {
         Ok(()) => Ok(Frame::ok()),
@@ -63,7 +63,7 @@ fn save(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     }
 }
 
-fn bgsave(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn bgsave(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let schedule = match args {
         [_] => false,
         [_, s] if eq_ic(s, "schedule") => true,

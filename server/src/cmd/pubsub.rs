@@ -199,87 +199,89 @@ fn confirmations(ctx: &mut Ctx<'_, '_>, mut replies: Vec<Frame>) -> CmdResult {
     Ok(last)
 }
 
-fn subscribe(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn subscribe(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let replies = pubsub::subscribe(ctx.server, ctx.session, Kind::Channel, &args[1..]);
     confirmations(ctx, replies)
 }
 
-fn psubscribe(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn psubscribe(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let replies = pubsub::subscribe(ctx.server, ctx.session, Kind::Pattern, &args[1..]);
     confirmations(ctx, replies)
 }
 
-fn unsubscribe(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn unsubscribe(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let replies = pubsub::unsubscribe(ctx.server, ctx.session, Kind::Channel, &args[1..]);
     confirmations(ctx, replies)
 }
 
-fn punsubscribe(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn punsubscribe(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let replies = pubsub::unsubscribe(ctx.server, ctx.session, Kind::Pattern, &args[1..]);
     confirmations(ctx, replies)
 }
 
-fn ssubscribe(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn ssubscribe(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let replies = pubsub::subscribe(ctx.server, ctx.session, Kind::Shard, &args[1..]);
     confirmations(ctx, replies)
 }
 
-fn sunsubscribe(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn sunsubscribe(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let replies = pubsub::unsubscribe(ctx.server, ctx.session, Kind::Shard, &args[1..]);
     confirmations(ctx, replies)
 }
 
-fn publish(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let receivers = pubsub::publish(ctx.server, &args[1], &args[2]);
+fn publish(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let (channel, message) = (Bytes::copy_from_slice(args[1]), ctx.stored(args[2]));
+    let receivers = pubsub::publish(ctx.server, &channel, &message);
     // In a cluster a message reaches every node's subscribers; the count, as
     // Redis's, is this node's.
     if ctx.server.cluster.enabled() {
-        ctx.server.cluster.publish(&args[1], &args[2]);
+        ctx.server.cluster.publish(&channel, &message);
     }
     Ok(Frame::Integer(receivers as i64))
 }
 
-fn spublish(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let receivers = pubsub::spublish(ctx.server, &args[1], &args[2]);
+fn spublish(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let (channel, message) = (Bytes::copy_from_slice(args[1]), ctx.stored(args[2]));
+    let receivers = pubsub::spublish(ctx.server, &channel, &message);
     Ok(Frame::Integer(receivers as i64))
 }
 
-fn channels(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn channels(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     channels_of(ctx, args, Kind::Channel)
 }
 
-fn shardchannels(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn shardchannels(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     channels_of(ctx, args, Kind::Shard)
 }
 
-fn channels_of(ctx: &mut Ctx<'_, '_>, args: &[Bytes], kind: Kind) -> CmdResult {
+fn channels_of(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], kind: Kind) -> CmdResult {
     if args.len() > 3 {
-        return Err(syntax_error(&args[1]));
+        return Err(syntax_error(args[1]));
     }
     let pattern = args.get(2).map(|p| &p[..]);
     let names = ctx.server.pubsub.channels(kind, pattern);
     Ok(Frame::Array(names.into_iter().map(Frame::Bulk).collect()))
 }
 
-fn numsub(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn numsub(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     numsub_of(ctx, args, Kind::Channel)
 }
 
-fn shardnumsub(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn shardnumsub(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     numsub_of(ctx, args, Kind::Shard)
 }
 
-fn numsub_of(ctx: &mut Ctx<'_, '_>, args: &[Bytes], kind: Kind) -> CmdResult {
+fn numsub_of(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], kind: Kind) -> CmdResult {
     let mut out = Vec::with_capacity(2 * (args.len() - 2));
     for channel in &args[2..] {
         let n = ctx.server.pubsub.numsub(kind, channel);
-        out.push(Frame::Bulk(channel.clone()));
+        out.push(Frame::Bulk(Bytes::copy_from_slice(channel)));
         out.push(Frame::Integer(n as i64));
     }
     Ok(Frame::Array(out))
 }
 
-fn numpat(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn numpat(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     let (_, patterns) = ctx.server.pubsub.counts();
     Ok(Frame::Integer(patterns as i64))
 }
@@ -293,7 +295,7 @@ fn syntax_error(sub: &[u8]) -> CmdError {
     ))
 }
 
-fn help(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn help(_: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     Ok(help_reply(
         "PUBSUB",
         &[

@@ -23,7 +23,7 @@ use bytes::Bytes;
 use relcache_protocol::resp::{Frame, Protocol};
 
 use super::spec::{self, CommandSpec, Group, Keys};
-use super::{eq_ic, parse_i64, registry, resolve, run, Ctx, Outcome, ViewSlot};
+use super::{eq_ic, parse_i64, registry, resolve, run, Argv, Ctx, Outcome, ViewSlot};
 use crate::db::{LockMode, View};
 use crate::error::{CmdError, CmdResult};
 use crate::script::convert::Resp;
@@ -155,29 +155,29 @@ const SCRIPT_SUBCOMMANDS: &[CommandSpec] = &[
     },
 ];
 
-fn eval(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let script = cached(ctx.server, &args[1], Origin::Eval)?;
+fn eval(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let script = cached(ctx.server, args[1], Origin::Eval)?;
     eval_generic(ctx, args, &script, false)
 }
 
-fn evalsha(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let script = by_sha(ctx.server, &args[1])?;
+fn evalsha(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let script = by_sha(ctx.server, args[1])?;
     eval_generic(ctx, args, &script, false)
 }
 
-fn eval_ro(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let script = cached(ctx.server, &args[1], Origin::Eval)?;
+fn eval_ro(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let script = cached(ctx.server, args[1], Origin::Eval)?;
     eval_generic(ctx, args, &script, true)
 }
 
-fn evalsha_ro(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let script = by_sha(ctx.server, &args[1])?;
+fn evalsha_ro(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let script = by_sha(ctx.server, args[1])?;
     eval_generic(ctx, args, &script, true)
 }
 
 /// The script with this body, compiled and cached (EVAL caches what it runs, as
 /// Redis does, so EVALSHA finds it afterwards; see [`Origin`] for how long).
-fn cached(server: &Server, body: &Bytes, origin: Origin) -> Result<Arc<Script>, CmdError> {
+fn cached(server: &Server, body: &[u8], origin: Origin) -> Result<Arc<Script>, CmdError> {
     let sha = crate::script::sha1_hex(body);
     if let Some(s) = server.scripts.get(&sha) {
         runtime::compile(&server.scripts, &s).map_err(CmdError::Coded)?;
@@ -206,11 +206,11 @@ struct Rules<'k> {
     read_only: bool,
     allow_oom: bool,
     /// The declared keys; `None` when any key may be touched (every shard is held).
-    declared: Option<&'k [Bytes]>,
+    declared: Option<&'k [&'k [u8]]>,
 }
 
-fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[Bytes], script: &Script, ro: bool) -> CmdResult {
-    let numkeys = parse_i64(&args[2])?;
+fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], script: &Script, ro: bool) -> CmdResult {
+    let numkeys = parse_i64(args[2])?;
     if numkeys < 0 {
         return Err(CmdError::err("Number of keys can't be negative"));
     }
@@ -288,8 +288,11 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[Bytes], script: &Script, ro: bool
             argv,
             running: running.clone(),
         };
-        let mut dispatch =
-            |cmd: &[Bytes], resp: Resp| call(server, session, view, &rules, running, cmd, resp);
+        let mut dispatch = |cmd: &[Bytes], resp: Resp| {
+            super::with_owned(cmd, |cmd| {
+                call(server, session, view, &rules, running, cmd, resp)
+            })
+        };
         let reply = runtime::run(&server.scripts, inv, &mut dispatch);
         if !in_exec {
             server.absorb_view_stats(view);
@@ -310,16 +313,16 @@ fn call<'a>(
     view: &mut View<'a>,
     rules: &Rules<'_>,
     running: &Running,
-    args: &[Bytes],
+    args: Argv<'_>,
     resp: Resp,
 ) -> Frame {
-    let (id, spec) = match resolve(registry(), args) {
+    let (id, spec) = match resolve(registry(), &args) {
         Ok(found) => found,
         Err(CmdError::WrongArity(_)) => {
             return Frame::error("ERR Wrong number of args calling Redis command from script")
         }
         Err(CmdError::UnknownSubcommand { .. }) | Err(_)
-            if registry().command(&args[0]).is_none() =>
+            if registry().command(args[0]).is_none() =>
         {
             return Frame::error("ERR Unknown Redis command called from script")
         }
@@ -337,11 +340,11 @@ fn call<'a>(
         }
     }
     if let Some(declared) = rules.declared {
-        let undeclared = match spec.key_indices(args) {
+        let undeclared = match spec.key_indices(&args) {
             None => Some("the whole keyspace".to_string()),
             Some(idx) => idx
                 .iter()
-                .map(|&i| &args[i])
+                .map(|&i| args[i])
                 .find(|k| !declared.contains(k))
                 .map(|k| format!("key '{}'", String::from_utf8_lossy(k))),
         };
@@ -377,12 +380,12 @@ fn call<'a>(
     }
 }
 
-fn script_load(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let script = cached(ctx.server, &args[2], Origin::Load)?;
+fn script_load(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let script = cached(ctx.server, args[2], Origin::Load)?;
     Ok(Frame::Bulk(Bytes::from(script.sha.clone())))
 }
 
-fn script_exists(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn script_exists(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let found = args[2..]
         .iter()
         .map(|sha| {
@@ -393,7 +396,7 @@ fn script_exists(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::Array(found))
 }
 
-fn script_flush(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn script_flush(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     match &args[2..] {
         [] => {}
         [mode] if eq_ic(mode, "ASYNC") || eq_ic(mode, "SYNC") => {}
@@ -404,7 +407,7 @@ fn script_flush(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::ok())
 }
 
-fn script_kill(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn script_kill(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     match ctx.server.scripts.kill() {
         Kill::Killed => Ok(Frame::ok()),
         Kill::NotBusy => Err(CmdError::Coded("NOTBUSY No scripts in execution right now.".into())),
@@ -414,7 +417,7 @@ fn script_kill(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     }
 }
 
-fn script_help(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn script_help(_: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     let lines = [
         "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
         "EXISTS <sha1> [<sha1> ...]",

@@ -9,7 +9,6 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use relcache_protocol::resp::Frame;
 
 use super::spec::{self, CommandSpec, Group, Keys};
@@ -94,7 +93,7 @@ pub(super) fn unix_now() -> Duration {
 // ---------------------------------------------------------------------------------
 // Keyspace-wide and time commands
 
-fn dbsize(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn dbsize(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     Ok(Frame::Integer(ctx.server.db.len() as i64))
 }
 
@@ -103,7 +102,7 @@ fn dbsize(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
 /// `ASYNC` replies at once, as Redis's; `SYNC`, the default (relcache has no
 /// `lazyfree-lazy-user-flush`), replies once the memory is back — waiting off the
 /// worker and, outside a transaction, with the shards unlocked.
-fn flush(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn flush(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let sync = match args {
         [_] => true,
         [_, mode] if eq_ic(mode, "async") => false,
@@ -118,7 +117,7 @@ fn flush(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::ok())
 }
 
-fn time(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn time(_: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     let now = unix_now();
     Ok(Frame::Array(vec![
         Frame::bulk(now.as_secs().to_string()),
@@ -132,7 +131,7 @@ fn time(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
 /// nothing and no shutdown is ever in progress to ABORT. The server then stops
 /// accepting, every connection is closed, and the process exits with status 0.
 /// Like Redis, the client gets no reply — the connection just closes.
-fn shutdown(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn shutdown(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let (mut save, mut nosave, mut abort) = (false, false, false);
     let (mut force, mut now) = (false, false);
     for arg in &args[1..] {
@@ -199,14 +198,14 @@ fn shutdown(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::ok())
 }
 
-fn swapdb(_: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn swapdb(_: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let index = |arg: &[u8], which: &str| {
         super::parse_i64_opt(arg)
             .filter(|n| i32::try_from(*n).is_ok())
             .ok_or_else(|| CmdError::err(format!("invalid {which} DB index")))
     };
-    let a = index(&args[1], "first")?;
-    let b = index(&args[2], "second")?;
+    let a = index(args[1], "first")?;
+    let b = index(args[2], "second")?;
     if a != 0 || b != 0 {
         return Err(CmdError::err("DB index is out of range"));
     }

@@ -16,7 +16,6 @@
 //! locks, the offload of big rebuilds, the server's counters. A family never calls
 //! the other; both call this.
 
-use bytes::Bytes;
 use relcache_protocol::idset::TableRef;
 use relcache_protocol::resp::Frame;
 
@@ -255,7 +254,7 @@ pub(super) struct ScanOpts<'a> {
 impl<'a> ScanOpts<'a> {
     /// Parses the options, as Redis does: each once or more (the last wins), COUNT
     /// at least 1.
-    pub(super) fn parse(opts: &'a [Bytes], with_match: bool) -> Result<ScanOpts<'a>, CmdError> {
+    pub(super) fn parse(opts: &[&'a [u8]], with_match: bool) -> Result<ScanOpts<'a>, CmdError> {
         let mut out = ScanOpts {
             count: 10,
             pattern: None,
@@ -263,12 +262,12 @@ impl<'a> ScanOpts<'a> {
         let mut i = 0;
         while i < opts.len() {
             let value = opts.get(i + 1).ok_or(CmdError::Syntax)?;
-            if eq_ic(&opts[i], "COUNT") {
+            if eq_ic(opts[i], "COUNT") {
                 out.count = u64::try_from(parse_i64(value)?)
                     .ok()
                     .filter(|&n| n >= 1)
                     .ok_or(CmdError::Syntax)?;
-            } else if with_match && eq_ic(&opts[i], "MATCH") {
+            } else if with_match && eq_ic(opts[i], "MATCH") {
                 out.pattern = (&value[..] != b"*").then_some(&value[..]);
             } else {
                 return Err(CmdError::Syntax);

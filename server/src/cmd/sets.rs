@@ -19,7 +19,6 @@
 //! (see [`setcore::add`]). The multi-key commands run entirely under their keys'
 //! locks, so they stay atomic, as in Redis.
 
-use bytes::Bytes;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use relcache_protocol::idset::TableRef;
@@ -271,16 +270,16 @@ fn remove_with(
 
 // ---- Single-key commands. ----
 
-fn sadd(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn sadd(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let ids = parse_ids(&args[2..])?;
-    let added = setcore::add(ctx, &args[1], &ids, false, None)?.unwrap_or(Added::NOTHING);
+    let added = setcore::add(ctx, args[1], &ids, false, None)?.unwrap_or(Added::NOTHING);
     if added.n > 0 {
-        ctx.notify_write(notify::SET, "sadd", &args[1], added.created);
+        ctx.notify_write(notify::SET, "sadd", args[1], added.created);
     }
     ctx.integer(added.n as i64)
 }
 
-fn srem(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn srem(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     // A member that is not an id is in no id set: removing it removes nothing.
     let ids: Vec<u64> = args[2..].iter().filter_map(|a| parse_id_opt(a)).collect();
     let key = &args[1];
@@ -301,11 +300,11 @@ fn srem(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     ctx.integer(removed as i64)
 }
 
-fn sismember(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn sismember(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     // Not an id: not a member (0, as Redis answers for any absent member), but the
     // key's type is still checked.
-    let id = parse_id_opt(&args[2]);
-    let found = match ctx.view().get(&args[1]) {
+    let id = parse_id_opt(args[2]);
+    let found = match ctx.view().get(args[1]) {
         None => false,
         Some(e) => {
             let set = e.value().as_idset()?;
@@ -317,7 +316,7 @@ fn sismember(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 
 /// The relation service's hot path ("which of these 100 do I follow?"): the ids are
 /// parsed onto the stack before locking, and the reply is the only allocation.
-fn smismember(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn smismember(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let members = &args[2..];
     // `None` for a member that is not an id: it is in no id set.
     let mut stack = [None; STACK_IDS];
@@ -332,7 +331,7 @@ fn smismember(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         &heap
     };
     let v = ctx.view();
-    let out = match v.get(&args[1]) {
+    let out = match v.get(args[1]) {
         None => vec![0; ids.len()],
         Some(e) => {
             let table = e.value().as_idset()?.table();
@@ -344,17 +343,17 @@ fn smismember(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::Integers(out))
 }
 
-fn scard(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let n = match ctx.view().get(&args[1]) {
+fn scard(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let n = match ctx.view().get(args[1]) {
         None => 0,
         Some(e) => e.value().as_idset()?.len(),
     };
     ctx.integer(n as i64)
 }
 
-fn smembers(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn smembers(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let v = ctx.view();
-    let Some(e) = v.get(&args[1]) else {
+    let Some(e) = v.get(args[1]) else {
         return Ok(Frame::Set(Vec::new()));
     };
     let table = e.value().as_idset()?.table();
@@ -368,13 +367,13 @@ fn smembers(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 
 /// SSCAN key cursor [MATCH pattern] [COUNT count]: pages over slot positions (see
 /// [`setcore::scan_page`]).
-fn sscan(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let cursor = parse_cursor(&args[2])?;
+fn sscan(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let cursor = parse_cursor(args[2])?;
     // Redis looks the key up before it reads the options, so a missing key or a
     // string answers the same whatever the options say: parse now, report later.
     let opts = ScanOpts::parse(&args[3..], true);
     let v = ctx.view();
-    let Some(e) = v.get(&args[1]) else {
+    let Some(e) = v.get(args[1]) else {
         return Ok(scan_reply(0, Vec::new()));
     };
     let table = e.value().as_idset()?.table();
@@ -391,7 +390,7 @@ fn sscan(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 
 /// The sets at `keys` in order, `None` for a missing key (an empty set to Redis).
 /// Every key is type-checked, even after a missing one, as Redis does.
-fn read_sets<'v>(v: &'v View<'_>, keys: &[Bytes]) -> Result<Vec<Option<TableRef<'v>>>, db::Error> {
+fn read_sets<'v>(v: &'v View<'_>, keys: &[&[u8]]) -> Result<Vec<Option<TableRef<'v>>>, db::Error> {
     keys.iter()
         .map(|k| {
             v.get(k)
@@ -485,7 +484,7 @@ fn union(mut tables: Vec<TableRef<'_>>) -> Vec<u64> {
 }
 
 /// SINTER / SUNION / SDIFF key …
-fn set_op_reply(ctx: &mut Ctx<'_, '_>, args: &[Bytes], op: SetOp) -> CmdResult {
+fn set_op_reply(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], op: SetOp) -> CmdResult {
     let v = ctx.view();
     let ids = op.apply(read_sets(v, &args[1..])?);
     let n = ids.len();
@@ -496,7 +495,7 @@ fn set_op_reply(ctx: &mut Ctx<'_, '_>, args: &[Bytes], op: SetOp) -> CmdResult {
 /// destination (whatever its type, dropping its TTL); an empty one deletes it.
 /// Runs wholly under the lock so the command stays atomic; the table build is O(N),
 /// like computing the result.
-fn set_op_store(ctx: &mut Ctx<'_, '_>, args: &[Bytes], op: SetOp) -> CmdResult {
+fn set_op_store(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], op: SetOp) -> CmdResult {
     let v = ctx.view();
     let ids = op.apply(read_sets(v, &args[2..])?);
     let dst = &args[1];
@@ -511,33 +510,33 @@ fn set_op_store(ctx: &mut Ctx<'_, '_>, args: &[Bytes], op: SetOp) -> CmdResult {
     Ok(Frame::Integer(n as i64))
 }
 
-fn sinter(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn sinter(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     set_op_reply(ctx, args, SetOp::Inter)
 }
 
-fn sunion(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn sunion(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     set_op_reply(ctx, args, SetOp::Union)
 }
 
-fn sdiff(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn sdiff(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     set_op_reply(ctx, args, SetOp::Diff)
 }
 
-fn sinterstore(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn sinterstore(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     set_op_store(ctx, args, SetOp::Inter)
 }
 
-fn sunionstore(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn sunionstore(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     set_op_store(ctx, args, SetOp::Union)
 }
 
-fn sdiffstore(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn sdiffstore(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     set_op_store(ctx, args, SetOp::Diff)
 }
 
 /// SINTERCARD numkeys key … [LIMIT limit]
-fn sintercard(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let numkeys = parse_i64_opt(&args[1])
+fn sintercard(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let numkeys = parse_i64_opt(args[1])
         .filter(|&n| n > 0)
         .ok_or_else(|| CmdError::err("numkeys should be greater than 0"))? as u64;
     if numkeys > (args.len() - 2) as u64 {
@@ -550,7 +549,7 @@ fn sintercard(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     let mut i = keys_end;
     while i < args.len() {
         match args.get(i + 1) {
-            Some(value) if eq_ic(&args[i], "LIMIT") => {
+            Some(value) if eq_ic(args[i], "LIMIT") => {
                 limit = parse_i64_opt(value)
                     .and_then(|n| u64::try_from(n).ok())
                     .ok_or_else(|| CmdError::err("LIMIT can't be negative"))?;
@@ -575,7 +574,7 @@ fn sintercard(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 }
 
 /// SMOVE source destination member
-fn smove(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn smove(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let (src, dst) = (&args[1], &args[2]);
     let v = ctx.view();
     let Some(e) = v.peek(src) else {
@@ -584,7 +583,7 @@ fn smove(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     // A member that is not an id is in no id set: there is nothing to move (and so
     // nothing that would have to be stored).
     let set = e.value().as_idset()?;
-    let present = parse_id_opt(&args[3]).filter(|&id| set.contains(id));
+    let present = parse_id_opt(args[3]).filter(|&id| set.contains(id));
     if let Some(d) = v.peek(dst) {
         d.value().as_idset()?;
     }
@@ -679,11 +678,11 @@ fn random_distinct(table: &TableRef<'_>, count: usize, rng: &mut impl Rng) -> Ve
 }
 
 /// SRANDMEMBER key [count]
-fn srandmember(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn srandmember(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let count = match args.len() {
         2 => None,
         3 => {
-            let n = parse_i64(&args[2])?;
+            let n = parse_i64(args[2])?;
             if n == i64::MIN {
                 return Err(CmdError::err(
                     "value is out of range, value must between -9223372036854775807 and 9223372036854775807",
@@ -694,7 +693,7 @@ fn srandmember(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         _ => return Err(CmdError::Syntax),
     };
     let v = ctx.view();
-    let entry = v.get(&args[1]);
+    let entry = v.get(args[1]);
     // An empty set (IDSET.REM keeps one; Redis never has one) answers as a missing key.
     let table = match entry {
         Some(e) => Some(e.value().as_idset()?.table()).filter(|t| !t.is_empty()),
@@ -744,11 +743,11 @@ fn srandmember(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 }
 
 /// SPOP key [count]
-fn spop(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn spop(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let count = match args.len() {
         2 => None,
         3 => Some(
-            parse_i64_opt(&args[2])
+            parse_i64_opt(args[2])
                 .and_then(|n| u64::try_from(n).ok())
                 .ok_or_else(|| CmdError::err("value is out of range, must be positive"))?,
         ),

@@ -67,7 +67,7 @@ const SUBCOMMANDS: &[CommandSpec] = &[
     },
 ];
 
-fn get(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn get(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let count = match args {
         [_, _] => Some(10),
         [_, _, n] => match parse_i64_opt(n) {
@@ -97,16 +97,16 @@ fn get(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::Array(entries))
 }
 
-fn len(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn len(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     Ok(Frame::Integer(ctx.server.observe.slowlog.len() as i64))
 }
 
-fn reset(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn reset(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     ctx.server.observe.slowlog.reset();
     Ok(Frame::ok())
 }
 
-fn help(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn help(_: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     Ok(help_reply(
         "SLOWLOG",
         &[

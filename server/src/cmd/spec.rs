@@ -4,13 +4,11 @@
 //! how), `COMMAND INFO/DOCS/GETKEYS` (so cluster-aware clients and redis-cli hints
 //! work), and `INFO commandstats`.
 
-use bytes::Bytes;
-
 use super::Ctx;
 use crate::error::CmdResult;
 
 /// A command handler: runs with the command's arguments (`args[0]` is the name).
-pub type Handler = fn(&mut Ctx<'_, '_>, &[Bytes]) -> CmdResult;
+pub type Handler = fn(&mut Ctx<'_, '_>, &[&[u8]]) -> CmdResult;
 
 // Flags, as COMMAND INFO reports them.
 pub const WRITE: u32 = 1 << 0;
@@ -181,7 +179,7 @@ pub struct CommandSpec {
     pub subcommands: &'static [CommandSpec],
 }
 
-fn container(_: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn container(_: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     unreachable!("container commands dispatch to their subcommands")
 }
 
@@ -262,7 +260,7 @@ impl CommandSpec {
 
     /// Indices of the key arguments in `args` (COMMAND GETKEYS and shard locking).
     /// `None` for keyspace-wide commands.
-    pub fn key_indices(&self, args: &[Bytes]) -> Option<Vec<usize>> {
+    pub fn key_indices(&self, args: &[impl AsRef<[u8]>]) -> Option<Vec<usize>> {
         let n = args.len() as i64;
         match self.keys {
             Keys::None => Some(Vec::new()),
@@ -287,7 +285,7 @@ impl CommandSpec {
             Keys::Counted { at } => {
                 let count = args
                     .get(at)
-                    .and_then(|a| std::str::from_utf8(a).ok())
+                    .and_then(|a| std::str::from_utf8(a.as_ref()).ok())
                     .and_then(|s| s.parse::<usize>().ok())
                     .unwrap_or(0);
                 let end = (at + 1 + count).min(args.len());
@@ -300,12 +298,12 @@ impl CommandSpec {
 
 /// MIGRATE's key positions, found as Redis's `migrateGetKeys` finds them: none
 /// when `KEYS` follows a non-empty key (a syntax error MIGRATE reports itself).
-fn migrate_keys(args: &[Bytes]) -> Vec<usize> {
+fn migrate_keys(args: &[impl AsRef<[u8]>]) -> Vec<usize> {
     let mut i = 6;
     while i < args.len() {
-        let a = &args[i][..];
+        let a = args[i].as_ref();
         if a.eq_ignore_ascii_case(b"keys") {
-            return match args[3].is_empty() {
+            return match args[3].as_ref().is_empty() {
                 true => (i + 1..args.len()).collect(),
                 false => Vec::new(),
             };

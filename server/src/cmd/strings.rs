@@ -268,11 +268,11 @@ struct Options<'a> {
 /// each other, one kind of expiry at most (repeating the same one is allowed, the
 /// last wins), KEEPTTL (SET) and PERSIST (GETEX) exclude any expiry, and anything
 /// else — including an expiry keyword with no value after it — is a syntax error.
-fn parse_options(opts: &[Bytes], for_set: bool) -> Result<Options<'_>, CmdError> {
+fn parse_options<'a>(opts: &[&'a [u8]], for_set: bool) -> Result<Options<'a>, CmdError> {
     let mut o = Options::default();
     let mut i = 0;
     while i < opts.len() {
-        let a = &opts[i][..];
+        let a = opts[i];
         let unit = if eq_ic(a, "EX") {
             Some(Unit::Ex)
         } else if eq_ic(a, "PX") {
@@ -389,15 +389,15 @@ fn take_string(entry: &mut Entry) -> Result<BytesMut, CmdError> {
 
 /// The value a whole-value write stores: the argument ([`super::stored`]), or an
 /// idset when it is meant as a table (checked here, before any lock is taken).
-fn value_from_client(ctx: &Ctx<'_, '_>, arg: &Bytes) -> Result<Value, CmdError> {
+fn value_from_client(ctx: &Ctx<'_, '_>, arg: &[u8]) -> Result<Value, CmdError> {
     if relcache_protocol::idset::looks_like_table(arg) {
         let how = ctx.server.config.table_check();
         return Ok(Value::IdSet(crate::db::IdSet::from_client(
-            super::stored(arg),
+            ctx.stored(arg),
             how,
         )?));
     }
-    Ok(Value::Str(super::stored(arg)))
+    Ok(Value::Str(ctx.stored(arg)))
 }
 
 /// Values up to this size are copied into the reply rather than shared.
@@ -425,9 +425,9 @@ fn int_bytes(n: i64) -> Bytes {
 // ---------------------------------------------------------------------------------
 // GET / SET and variants
 
-fn get(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn get(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let (view, output) = ctx.view_and_output();
-    let Some(e) = view.get(&args[1]) else {
+    let Some(e) = view.get(args[1]) else {
         return Ok(Frame::Null);
     };
     match output {
@@ -508,7 +508,7 @@ fn set_generic(ctx: &mut Ctx<'_, '_>, key: &[u8], value: Value, plan: SetPlan) -
     }
 }
 
-fn set(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn set(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let o = parse_options(&args[3..], true)?;
     let expiry = match o.expire {
         Some((unit, arg)) => Some(parse_expiry(unit, arg, ctx.spec.name, crate::db::now_ms())?),
@@ -521,44 +521,44 @@ fn set(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
         keepttl: o.keepttl,
         ..SetPlan::plain(expiry)
     };
-    set_generic(ctx, &args[1], value_from_client(ctx, &args[2])?, plan)
+    set_generic(ctx, args[1], value_from_client(ctx, args[2])?, plan)
 }
 
-fn setnx(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn setnx(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let plan = SetPlan {
         nx: true,
         ok: Frame::Integer(1),
         aborted: Frame::Integer(0),
         ..SetPlan::plain(None)
     };
-    set_generic(ctx, &args[1], value_from_client(ctx, &args[2])?, plan)
+    set_generic(ctx, args[1], value_from_client(ctx, args[2])?, plan)
 }
 
-fn setex(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn setex(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     set_with_ttl(ctx, args, Unit::Ex)
 }
 
-fn psetex(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn psetex(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     set_with_ttl(ctx, args, Unit::Px)
 }
 
-fn set_with_ttl(ctx: &mut Ctx<'_, '_>, args: &[Bytes], unit: Unit) -> CmdResult {
-    let expiry = parse_expiry(unit, &args[2], ctx.spec.name, crate::db::now_ms())?;
+fn set_with_ttl(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], unit: Unit) -> CmdResult {
+    let expiry = parse_expiry(unit, args[2], ctx.spec.name, crate::db::now_ms())?;
     set_generic(
         ctx,
-        &args[1],
-        value_from_client(ctx, &args[3])?,
+        args[1],
+        value_from_client(ctx, args[3])?,
         SetPlan::plain(Some(expiry)),
     )
 }
 
-fn getex(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn getex(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let o = parse_options(&args[2..], false)?;
     // Redis validates the expiry only once it has found a string under the key.
     let expiry = o
         .expire
         .map(|(unit, arg)| parse_expiry(unit, arg, ctx.spec.name, crate::db::now_ms()));
-    let key = &args[1][..];
+    let key = args[1];
     let view = ctx.view();
     let Some(e) = view.get(key) else {
         return Ok(Frame::Null);
@@ -587,36 +587,36 @@ fn getex(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(value)
 }
 
-fn getdel(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn getdel(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let view = ctx.view();
-    let Some(e) = view.get(&args[1]) else {
+    let Some(e) = view.get(args[1]) else {
         return Ok(Frame::Null);
     };
     let value = get_reply(e)?;
     // The reply holds the value, and frees it once sent (a big one on the
     // lazy-free thread): nothing to wait for here.
-    view.delete(&args[1], Free::Later);
-    ctx.notify(notify::GENERIC, "del", &args[1]);
+    view.delete(args[1], Free::Later);
+    ctx.notify(notify::GENERIC, "del", args[1]);
     Ok(value)
 }
 
-fn getset(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let value = value_from_client(ctx, &args[2])?;
+fn getset(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let value = value_from_client(ctx, args[2])?;
     let view = ctx.view();
-    let old = match view.get(&args[1]) {
+    let old = match view.get(args[1]) {
         Some(e) => get_reply(e)?,
         None => Frame::Null,
     };
     // A plain SET: the old TTL goes.
-    let created = !view.insert(&args[1], value, 0);
-    ctx.notify_write(notify::STRING, "set", &args[1], created);
+    let created = !view.insert(args[1], value, 0);
+    ctx.notify_write(notify::STRING, "set", args[1], created);
     Ok(old)
 }
 
 // ---------------------------------------------------------------------------------
 // Multi-key
 
-fn mget(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn mget(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let view = ctx.view();
     let values = args[1..]
         .iter()
@@ -631,36 +631,36 @@ fn mget(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 
 /// MSET's and MSETNX's pairs (key index, value), values made outside the lock;
 /// `key value` pairs must come complete, else the arity error Redis gives.
-fn pairs(ctx: &Ctx<'_, '_>, args: &[Bytes]) -> Result<Vec<(usize, Value)>, CmdError> {
+fn pairs(ctx: &Ctx<'_, '_>, args: &[&[u8]]) -> Result<Vec<(usize, Value)>, CmdError> {
     if args.len().is_multiple_of(2) {
         return Err(CmdError::WrongArity(ctx.spec.name.to_string()));
     }
     (1..args.len())
         .step_by(2)
-        .map(|i| Ok((i, value_from_client(ctx, &args[i + 1])?)))
+        .map(|i| Ok((i, value_from_client(ctx, args[i + 1])?)))
         .collect()
 }
 
-fn mset(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn mset(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let pairs = pairs(ctx, args)?;
     for (i, value) in pairs {
-        let created = !ctx.view().insert(&args[i], value, 0);
-        ctx.notify_write(notify::STRING, "set", &args[i], created);
+        let created = !ctx.view().insert(args[i], value, 0);
+        ctx.notify_write(notify::STRING, "set", args[i], created);
     }
     Ok(Frame::ok())
 }
 
 /// All or nothing: the view holds every key's shard for the whole command, so no
 /// other client can create one of the keys between the check and the writes.
-fn msetnx(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn msetnx(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let pairs = pairs(ctx, args)?;
     let view = ctx.view();
-    if pairs.iter().any(|(i, _)| view.contains(&args[*i])) {
+    if pairs.iter().any(|(i, _)| view.contains(args[*i])) {
         return Ok(Frame::Integer(0));
     }
     for (i, value) in pairs {
-        ctx.view().insert(&args[i], value, 0);
-        ctx.notify_write(notify::STRING, "set", &args[i], true);
+        ctx.view().insert(args[i], value, 0);
+        ctx.notify_write(notify::STRING, "set", args[i], true);
     }
     Ok(Frame::Integer(1))
 }
@@ -668,8 +668,8 @@ fn msetnx(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 // ---------------------------------------------------------------------------------
 // In-place edits
 
-fn append(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let (key, extra) = (&args[1][..], &args[2][..]);
+fn append(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let (key, extra) = (args[1], args[2]);
     let current = match ctx.view().peek(key) {
         Some(e) => Some(e.value().as_str()?.len()),
         None => None,
@@ -693,8 +693,8 @@ fn append(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::Integer(len as i64))
 }
 
-fn strlen(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    match ctx.view().get(&args[1]) {
+fn strlen(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    match ctx.view().get(args[1]) {
         Some(e) => Ok(Frame::Integer(e.value().as_str()?.len() as i64)),
         None => Ok(Frame::Integer(0)),
     }
@@ -719,10 +719,10 @@ fn substring_range(start: i64, end: i64, len: usize) -> Option<std::ops::Range<u
     Some(start as usize..end as usize + 1)
 }
 
-fn getrange(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let start = parse_i64(&args[2])?;
-    let end = parse_i64(&args[3])?;
-    let Some(e) = ctx.view().get(&args[1]) else {
+fn getrange(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let start = parse_i64(args[2])?;
+    let end = parse_i64(args[3])?;
+    let Some(e) = ctx.view().get(args[1]) else {
         return Ok(Frame::Bulk(Bytes::new()));
     };
     let s = e.value().as_str()?;
@@ -738,12 +738,12 @@ fn getrange(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     }))
 }
 
-fn setrange(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let offset = parse_i64(&args[2])?;
+fn setrange(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let offset = parse_i64(args[2])?;
     if offset < 0 {
         return Err(CmdError::err("offset is out of range"));
     }
-    let (key, patch) = (&args[1][..], &args[3][..]);
+    let (key, patch) = (args[1], args[3]);
     let offset_u = offset as u64;
     let current = match ctx.view().peek(key) {
         Some(e) => Some(e.value().as_str()?.len()),
@@ -785,25 +785,25 @@ fn setrange(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
 // ---------------------------------------------------------------------------------
 // Counters
 
-fn incr(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    incr_by(ctx, &args[1], 1)
+fn incr(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    incr_by(ctx, args[1], 1)
 }
 
-fn decr(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    incr_by(ctx, &args[1], -1)
+fn decr(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    incr_by(ctx, args[1], -1)
 }
 
-fn incrby(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let by = parse_i64(&args[2])?;
-    incr_by(ctx, &args[1], by)
+fn incrby(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let by = parse_i64(args[2])?;
+    incr_by(ctx, args[1], by)
 }
 
-fn decrby(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
-    let by = parse_i64(&args[2])?;
+fn decrby(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let by = parse_i64(args[2])?;
     if by == i64::MIN {
         return Err(CmdError::err("decrement would overflow"));
     }
-    incr_by(ctx, &args[1], -by)
+    incr_by(ctx, args[1], -by)
 }
 
 /// Adds `by` to the integer under `key` (0 when absent), keeping its TTL.
@@ -822,11 +822,11 @@ fn incr_by(ctx: &mut Ctx<'_, '_>, key: &[u8], by: i64) -> CmdResult {
     ctx.integer(new)
 }
 
-fn incrbyfloat(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn incrbyfloat(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     // Parsed before the lock; an invalid increment is reported after the key's own
     // checks, as Redis orders them.
-    let by = Ld::parse(&args[2]);
-    let key = &args[1][..];
+    let by = Ld::parse(args[2]);
+    let key = args[1];
     let view = ctx.view();
     let (current, expire_at) = match view.peek(key) {
         Some(e) => (

@@ -11,7 +11,7 @@ use crate::tracking::{self, Options};
 
 /// CLIENT TRACKING ON|OFF [REDIRECT id] [PREFIX p]... [BCAST] [OPTIN] [OPTOUT]
 /// [NOLOOP], with Redis's checks in Redis's order.
-pub(super) fn client_tracking(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+pub(super) fn client_tracking(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let mut opts = Options::default();
     let mut i = 3;
     while i < args.len() {
@@ -24,7 +24,7 @@ pub(super) fn client_tracking(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResul
                     "A client can only redirect to a single other client",
                 ));
             }
-            let id = parse_i64_opt(&args[i]).ok_or(CmdError::NotInteger)?;
+            let id = parse_i64_opt(args[i]).ok_or(CmdError::NotInteger)?;
             if ctx.server.clients.get(id).is_none() {
                 return Err(CmdError::err(
                     "The client ID you want redirect to does not exist",
@@ -42,16 +42,16 @@ pub(super) fn client_tracking(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResul
         } else if eq_ic(a, "prefix") && more {
             i += 1;
             // Kept while tracking lasts: a copy, not a slice of the read buffer.
-            opts.prefixes.push(Bytes::copy_from_slice(&args[i]));
+            opts.prefixes.push(Bytes::copy_from_slice(args[i]));
         } else {
             return Err(CmdError::Syntax);
         }
         i += 1;
     }
-    if eq_ic(&args[2], "on") {
+    if eq_ic(args[2], "on") {
         check_on(ctx, &opts)?;
         tracking::enable(ctx.server, ctx.session, opts);
-    } else if eq_ic(&args[2], "off") {
+    } else if eq_ic(args[2], "off") {
         tracking::disable(ctx.server, ctx.session);
     } else {
         return Err(CmdError::Syntax);
@@ -117,19 +117,19 @@ fn check_prefixes(have: &[Bytes], new: &[Bytes]) -> Result<(), CmdError> {
 }
 
 /// CLIENT CACHING YES|NO: whether the next command's reads are remembered.
-pub(super) fn client_caching(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+pub(super) fn client_caching(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let Some(t) = ctx.session.tracking.as_deref_mut() else {
         return Err(CmdError::err(
             "CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT mode enabled",
         ));
     };
-    if eq_ic(&args[2], "yes") {
+    if eq_ic(args[2], "yes") {
         if !t.optin {
             return Err(CmdError::err(
                 "CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode.",
             ));
         }
-    } else if eq_ic(&args[2], "no") {
+    } else if eq_ic(args[2], "no") {
         if !t.optout {
             return Err(CmdError::err(
                 "CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode.",
@@ -143,7 +143,7 @@ pub(super) fn client_caching(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult
 }
 
 /// CLIENT GETREDIR: -1 when not tracking, 0 when not redirecting.
-pub(super) fn client_getredir(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+pub(super) fn client_getredir(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     Ok(Frame::Integer(
         ctx.session
             .tracking
@@ -152,7 +152,7 @@ pub(super) fn client_getredir(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     ))
 }
 
-pub(super) fn client_trackinginfo(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+pub(super) fn client_trackinginfo(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     let bulk = |s: &'static str| Frame::Bulk(Bytes::from_static(s.as_bytes()));
     let t = ctx.session.tracking.as_deref();
     let mut flags = vec![bulk(if t.is_some() { "on" } else { "off" })];

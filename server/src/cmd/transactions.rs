@@ -120,7 +120,7 @@ pub(super) fn incoming(multi: &Multi) -> Option<usize> {
     Some(adding.flat_map(|a| a.iter()).map(|a| a.len()).sum())
 }
 
-fn multi(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn multi(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     if ctx.session.multi.is_some() {
         return Err(CmdError::err("MULTI calls can not be nested"));
     }
@@ -129,7 +129,7 @@ fn multi(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     Ok(Frame::ok())
 }
 
-fn discard(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn discard(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     if ctx.session.multi.take().is_none() {
         return Err(CmdError::err("DISCARD without MULTI"));
     }
@@ -138,7 +138,7 @@ fn discard(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     Ok(Frame::ok())
 }
 
-fn watch(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
+fn watch(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     if ctx.session.multi.is_some() {
         return Err(CmdError::err("WATCH inside MULTI is not allowed"));
     }
@@ -161,7 +161,7 @@ fn watch(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::ok())
 }
 
-fn unwatch(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn unwatch(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     unwatch_all(ctx.server, ctx.session);
     Ok(Frame::ok())
 }
@@ -201,7 +201,7 @@ pub fn discard_session_state(server: &Server, session: &mut Session) {
     unwatch_all(server, session);
 }
 
-fn exec(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
+fn exec(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     let Some(multi) = ctx.session.multi.take() else {
         return Err(CmdError::err("EXEC without MULTI"));
     };
@@ -258,7 +258,10 @@ fn exec(ctx: &mut Ctx<'_, '_>, _: &[Bytes]) -> CmdResult {
     let mut replies = Vec::with_capacity(resolved.len());
     let mut close = false;
     for ((id, spec), args) in resolved.into_iter().zip(&multi.queued) {
-        let reply = match run(server, session, id, spec, args, Some(&mut view), None) {
+        let outcome = super::with_owned(args, |args| {
+            run(server, session, id, spec, args, Some(&mut view), None)
+        });
+        let reply = match outcome {
             Outcome::Reply(reply) => reply,
             // SUBSCRIBE a b: each confirmation is an element, as Redis writes them.
             Outcome::Replies(mut more) => {

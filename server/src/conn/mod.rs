@@ -8,8 +8,8 @@
 //! closes this connection only. A framing error gets Redis's `-ERR Protocol error`
 //! and a close; a bad *command* gets an error reply and the connection stays open.
 //!
-//! An idle connection holds no buffer: every buffer, the argument vector and the
-//! decoder's table are given back once empty (Redis 7 frees idle query buffers in
+//! An idle connection holds no buffer: every buffer, and the argument tables of a
+//! request of many arguments, are given back once empty (Redis 7 frees idle query buffers in
 //! its cron; here it happens at the end of each batch), small ones to the thread's
 //! spares ([`crate::spare`]), where its next connection with input reads. What the
 //! buffers hold is published as the client's memory ([`crate::client_memory`]),
@@ -32,14 +32,14 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use relcache_protocol::resp::{Frame, Limits, RequestDecoder};
+use bytes::BytesMut;
+use relcache_protocol::resp::{Frame, Limits, Request, RequestDecoder};
 use tokio::time::Instant;
 
 use crate::blocking::{self, Parked};
 use crate::client_memory::{self, Footprint};
 use crate::clock::Stamp;
-use crate::cmd::{self, Flow};
+use crate::cmd::{self, Argv, Flow};
 use crate::config::OutputLimit;
 use crate::observe::monitor;
 use crate::offload::{offload, LARGE_ARGS, LARGE_REQUEST};
@@ -57,14 +57,13 @@ const READ_CHUNK: usize = 16 * 1024;
 /// a declared length or argument count alone can make a connection allocate at
 /// most this much ahead of the bytes.
 const MAX_READ_AHEAD: usize = 1024 * 1024;
+/// Arguments a request may have for the list of them to be made on the stack.
+const INLINE_ARGS: usize = 16;
 /// Past this much pending output mid-batch, try to write before executing more, so
 /// a client that reads promptly never makes us hold a large buffer.
 const EAGER_FLUSH: usize = 64 * 1024;
 /// Redis's `PROTO_REPLY_CHUNK_BYTES`: the size of a client's fixed reply buffer.
 const REPLY_CHUNK: usize = 16 * 1024;
-/// Argument slots kept from one request to the next; a request with more gets a
-/// vector of its own (a 5M-id SADD needs 160 MB of slots), freed once it has run.
-const ARGS_KEEP: usize = 16;
 
 /// Why a connection ends.
 pub(crate) enum Closed {
@@ -95,7 +94,8 @@ pub(crate) struct Conn {
     pub(crate) session: Session,
     rbuf: BytesMut,
     wbuf: Output,
-    args: Vec<Bytes>,
+    /// The request being run: its bytes, and where its arguments lie in them.
+    request: Request,
     decoder: RequestDecoder,
     published: Footprint,
     /// Reads and writes both count, as Redis's `lastinteraction` does: a client
@@ -123,7 +123,7 @@ impl Conn {
             session,
             rbuf: BytesMut::new(),
             wbuf: Output::default(),
-            args: Vec::new(),
+            request: Request::default(),
             decoder,
             published: Footprint::default(),
             last_interaction: Stamp::now(),
@@ -221,26 +221,26 @@ impl Conn {
     pub(crate) fn run(&mut self, server: &Server, sock: &impl Socket) -> Result<Pass, Closed> {
         let info = self.session.info.clone();
         if let Some((args, deadline)) = blocking::take_due(&mut self.parked) {
-            let wait =
-                match cmd::dispatch(server, &mut self.session, &args, &mut self.wbuf, deadline) {
-                    Flow::Park(wait) => Some(wait),
-                    // A lease command run again never asks to close.
-                    Flow::Continue | Flow::Close => None,
-                };
+            let (session, wbuf) = (&mut self.session, &mut self.wbuf);
+            let flow = cmd::with_owned(&args, |argv| {
+                cmd::dispatch(server, session, argv, wbuf, deadline)
+            });
+            let wait = match flow {
+                Flow::Park(wait) => Some(wait),
+                // A lease command run again never asks to close.
+                Flow::Continue | Flow::Close => None,
+            };
             self.parked = blocking::rerun_ended(server, &info, args, wait);
             self.parks += u64::from(self.parked.is_some());
         }
         self.decoder.set_limits(limits(server, &self.session));
-        if self.args.capacity() == 0 && !self.rbuf.is_empty() {
-            self.args = spare::take_args();
-        }
         let mut held = false;
         while !self.closing && self.parked.is_none() {
             if held_back(output_limit(server, &self.session).soft, &self.wbuf) {
                 held = true;
                 break;
             }
-            match decode(&mut self.decoder, &mut self.rbuf, &mut self.args) {
+            match decode(&mut self.decoder, &mut self.rbuf, &mut self.request) {
                 Ok(true) => self.execute(server, sock)?,
                 Ok(false) => break,
                 Err(e) => {
@@ -259,12 +259,15 @@ impl Conn {
 
         if self.rbuf.is_empty() {
             // No request under way: the buffer (which may still be part of the
-            // last large request's allocation), the argument vector and the
-            // decoder's table go, so an idle connection holds nothing. Small ones
-            // go to the thread's spares for the next connection with input.
-            // Before the write, so a client that has its reply finds them gone.
+            // last large request's allocation) and the argument tables of a
+            // request of many arguments go, so an idle connection holds
+            // nothing. A small buffer goes to the thread's spares for the next
+            // connection with input. Before the write, so a client that has
+            // its reply finds them gone.
             spare::give_bytes(std::mem::take(&mut self.rbuf));
-            spare::give_args(std::mem::take(&mut self.args));
+            if self.request.scratch_bytes() > 0 {
+                self.request = Request::default();
+            }
             if self.decoder.scratch_bytes() > 0 {
                 self.decoder = RequestDecoder::new(limits(server, &self.session));
             }
@@ -303,12 +306,12 @@ impl Conn {
         Ok(Pass::Wait)
     }
 
-    /// Runs the request just decoded into `args`.
+    /// Runs the request just decoded into `request`.
     #[inline]
     fn execute(&mut self, server: &Server, sock: &impl Socket) -> Result<(), Closed> {
         let session = &mut self.session;
         let authenticated = session.authenticated;
-        let size: usize = self.args.iter().map(|a| a.len()).sum();
+        let size = self.request.size();
         if size > READ_CHUNK {
             // Its bytes are this client's until a command stores them: published
             // first, so making room for it under maxmemory does not take them for
@@ -317,7 +320,7 @@ impl Conn {
             let now = footprint(
                 &self.rbuf,
                 &self.wbuf,
-                &self.args,
+                &self.request,
                 size,
                 &self.decoder,
                 session,
@@ -326,30 +329,46 @@ impl Conn {
         }
         // After that: the reply buffer is not the request's memory.
         self.wbuf.buf();
-        let (args, wbuf) = (&self.args, &mut self.wbuf);
-        let flow = if size > LARGE_REQUEST || args.len() > LARGE_ARGS {
-            offload(|| cmd::dispatch(server, session, args, wbuf, None))
+        let (request, wbuf) = (&self.request, &mut self.wbuf);
+        let mut run = || {
+            let mut inline: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
+            let many: Vec<&[u8]>;
+            let list = if request.len() <= INLINE_ARGS {
+                for (slot, arg) in inline.iter_mut().zip(request.args()) {
+                    *slot = arg;
+                }
+                &inline[..request.len()]
+            } else {
+                many = request.args().collect();
+                &many[..]
+            };
+            let argv = Argv::new(list, request.owned());
+            let flow = cmd::dispatch(server, session, argv, wbuf, None);
+            // A command that waits keeps its arguments, owned.
+            let parked = matches!(flow, Flow::Park(_)).then(|| argv.to_owned_vec());
+            (flow, parked)
+        };
+        // Past a few million arguments even listing them takes milliseconds.
+        let (flow, parked) = if size > LARGE_REQUEST || request.len() > LARGE_ARGS {
+            offload(run)
         } else {
-            cmd::dispatch(server, session, args, wbuf, None)
+            run()
         };
         if session.authenticated != authenticated {
             // AUTH, HELLO … AUTH or RESET: the next request, maybe already in the
             // buffer, is read under the new state's limits.
             self.decoder.set_limits(limits(server, session));
         }
-        match flow {
-            Flow::Continue => {}
-            Flow::Close => self.closing = true,
-            Flow::Park(wait) => {
-                self.parked = Some(blocking::park(server, &session.info, &mut self.args, wait));
+        self.request.clear();
+        match (flow, parked) {
+            (Flow::Continue, _) => {}
+            (Flow::Close, _) => self.closing = true,
+            (Flow::Park(wait), Some(args)) => {
+                self.parked = Some(blocking::park(server, &session.info, args, wait));
                 self.parks += 1;
                 return Ok(());
             }
-        }
-        if self.args.capacity() > ARGS_KEEP {
-            release_args(std::mem::take(&mut self.args));
-        } else {
-            self.args.clear();
+            (Flow::Park(_), None) => unreachable!("a parked command's arguments are kept"),
         }
         if self.wbuf.len() >= EAGER_FLUSH {
             self.write(server, sock)?;
@@ -469,7 +488,7 @@ impl Conn {
         footprint(
             &self.rbuf,
             &self.wbuf,
-            &self.args,
+            &self.request,
             argv,
             &self.decoder,
             &self.session,
@@ -499,7 +518,7 @@ impl Conn {
         // counted as data after that they could make room for themselves by
         // evicting keys.
         drop(std::mem::take(&mut self.rbuf));
-        drop(std::mem::take(&mut self.args));
+        self.request = Request::default();
         self.decoder = RequestDecoder::new(limits(server, &self.session));
         self.wbuf.discard();
         let info = self.session.info.clone();
@@ -552,7 +571,7 @@ pub(crate) fn limits(server: &Server, session: &Session) -> Limits {
 fn footprint(
     rbuf: &BytesMut,
     wbuf: &Output,
-    args: &Vec<Bytes>,
+    request: &Request,
     argv: usize,
     decoder: &RequestDecoder,
     session: &Session,
@@ -563,7 +582,7 @@ fn footprint(
         query_len: rbuf.len() + big_len,
         query_free: rbuf.capacity() - rbuf.len() + big_room,
         argv,
-        scratch: args.capacity() * std::mem::size_of::<Bytes>() + decoder.scratch_bytes(),
+        scratch: request.scratch_bytes() + decoder.scratch_bytes(),
         multi: session.multi.as_ref().map_or(0, |m| m.bytes),
         output_len: wbuf.len(),
         output_alloc: wbuf.allocated(),
@@ -618,35 +637,25 @@ fn try_read(
     Ok(n)
 }
 
-/// Decodes the next request. The request that completes a big multibulk turns
-/// each of its arguments into a slice of it at once (5M of them for a 5M-id
-/// SADD, 100 ms), and one that arrived whole (held back behind a slow reader, or
-/// read 1 MB at a time) is parsed in the same call: past [`LARGE_ARGS`] that is
-/// done off the worker.
+/// Decodes the next request. The request that completes a big multibulk hands
+/// over where each of its arguments lies at once (5M of them for a 5M-id SADD),
+/// and one that arrived whole (held back behind a slow reader, or read 1 MB at a
+/// time) is parsed in the same call: past [`LARGE_ARGS`] that is done off the
+/// worker.
 #[inline]
 fn decode(
     decoder: &mut RequestDecoder,
     rbuf: &mut BytesMut,
-    args: &mut Vec<Bytes>,
+    request: &mut Request,
 ) -> Result<bool, relcache_protocol::resp::ProtocolError> {
     // A request that arrived whole is decoded in one call: its announced count
     // is looked at too, once the buffer could hold that many arguments.
     let large = decoder.args_read() > LARGE_ARGS
         || (rbuf.len() / 6 > LARGE_ARGS && decoder.args_announced(rbuf) > LARGE_ARGS);
     if large {
-        offload(|| decoder.decode(rbuf, args))
+        offload(|| decoder.decode_request(rbuf, request))
     } else {
-        decoder.decode(rbuf, args)
-    }
-}
-
-/// Lets go of a request's arguments once it has run. Those of a big multibulk each
-/// hold a reference to the request (5M for a 5M-id SADD): they are dropped off
-/// the worker, but before the reply goes, so a client that has its reply finds
-/// the memory given back.
-fn release_args(args: Vec<Bytes>) {
-    if args.len() > LARGE_ARGS {
-        offload(|| drop(args));
+        decoder.decode_request(rbuf, request)
     }
 }
 

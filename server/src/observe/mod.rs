@@ -24,7 +24,6 @@ pub mod slowlog;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
-use bytes::Bytes;
 use parking_lot::Mutex;
 use relcache_protocol::resp::Frame;
 
@@ -151,7 +150,7 @@ pub fn after_command(
     client: &ClientInfo,
     id: usize,
     spec: &CommandSpec,
-    args: &[Bytes],
+    args: &[&[u8]],
     nanos: u64,
 ) {
     if server.config.observe_gate.open(nanos) {
@@ -165,7 +164,7 @@ fn record(
     client: &ClientInfo,
     id: usize,
     spec: &CommandSpec,
-    args: &[Bytes],
+    args: &[&[u8]],
     nanos: u64,
 ) {
     let c = &server.config;
@@ -197,7 +196,7 @@ fn record(
 
 /// Whether argument `i` is hidden, as Redis redacts it from MONITOR and the slow
 /// log: AUTH's arguments, and the user name and password of `HELLO … AUTH`.
-pub fn redacted(spec: &CommandSpec, args: &[Bytes], i: usize) -> bool {
+pub fn redacted(spec: &CommandSpec, args: &[&[u8]], i: usize) -> bool {
     match spec.name {
         "auth" => i >= 1,
         "hello" => (2..i)

@@ -43,7 +43,7 @@ impl Monitors {
     }
 
     /// Sends one command to every monitor.
-    pub fn feed(&self, config: &Config, client: &ClientInfo, spec: &CommandSpec, args: &[Bytes]) {
+    pub fn feed(&self, config: &Config, client: &ClientInfo, spec: &CommandSpec, args: &[&[u8]]) {
         let line = format_line(client, spec, args);
         let mut subs = self.subs.lock();
         subs.retain(|(_, tx)| tx.send(line.clone()).is_ok());
@@ -99,7 +99,7 @@ pub fn deliver(line: Option<Bytes>, feed: &mut Option<Feed>, out: &mut BytesMut)
 }
 
 /// `+1700000000.123456 [0 127.0.0.1:5000] "set" "k" "v"\r\n`.
-fn format_line(client: &ClientInfo, spec: &CommandSpec, args: &[Bytes]) -> Bytes {
+fn format_line(client: &ClientInfo, spec: &CommandSpec, args: &[&[u8]]) -> Bytes {
     let (secs, micros) = super::unix_now();
     let mut out = Vec::with_capacity(48 + args.iter().map(|a| a.len() + 3).sum::<usize>());
     out.extend_from_slice(format!("+{secs}.{micros:06} [0 {}]", client.addr).as_bytes());

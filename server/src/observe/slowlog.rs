@@ -40,7 +40,7 @@ impl SlowLog {
         max_len: u64,
         client: &ClientInfo,
         spec: &CommandSpec,
-        args: &[Bytes],
+        args: &[&[u8]],
         micros: u64,
     ) {
         if max_len == 0 {
@@ -122,26 +122,16 @@ mod tests {
     fn shortens_like_redis_and_keeps_the_newest() {
         let log = SlowLog::default();
         let (_, set) = registry().get(b"set").unwrap();
-        let mut args = vec![Bytes::from_static(b"set")];
-        args.extend((0..40).map(|i| Bytes::from(format!("a{i}"))));
-        args[1] = Bytes::from(vec![b'x'; 130]);
+        let owned: Vec<Vec<u8>> = (0..40).map(|i| format!("a{i}").into_bytes()).collect();
+        let long = vec![b'x'; 130];
+        let mut args: Vec<&[u8]> = vec![b"set"];
+        args.extend(owned.iter().map(|a| &a[..]));
+        args[1] = &long;
         let c = client();
         log.push(2, &c, set, &args, 5);
         let (_, auth) = registry().get(b"auth").unwrap();
-        log.push(
-            2,
-            &c,
-            auth,
-            &[Bytes::from_static(b"auth"), Bytes::from_static(b"pw")],
-            6,
-        );
-        log.push(
-            2,
-            &c,
-            auth,
-            &[Bytes::from_static(b"auth"), Bytes::from_static(b"pw")],
-            7,
-        );
+        log.push(2, &c, auth, &[b"auth", b"pw"], 6);
+        log.push(2, &c, auth, &[b"auth", b"pw"], 7);
         assert_eq!(log.len(), 2);
         log.with_newest(None, |it| {
             let e: Vec<&Entry> = it.collect();

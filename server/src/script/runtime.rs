@@ -32,8 +32,8 @@ pub type Dispatch<'d> = dyn FnMut(&[Bytes], Resp) -> Frame + 'd;
 /// One run of a script.
 pub struct Invocation<'i> {
     pub script: &'i Script,
-    pub keys: &'i [Bytes],
-    pub argv: &'i [Bytes],
+    pub keys: &'i [&'i [u8]],
+    pub argv: &'i [&'i [u8]],
     pub running: Arc<Running>,
 }
 
@@ -180,7 +180,7 @@ fn run_in(
     result
 }
 
-fn list(lua: &Lua, items: &[Bytes]) -> mlua::Result<Table> {
+fn list(lua: &Lua, items: &[&[u8]]) -> mlua::Result<Table> {
     let t = lua.create_table_with_capacity(items.len(), 0)?;
     for (i, item) in items.iter().enumerate() {
         t.raw_set(i + 1, lua.create_string(item)?)?;
