@@ -117,11 +117,16 @@ fn decode_requests(parts: &[Vec<u8>], limits: Limits) -> Result<(Requests, usize
         let before = buf.len();
         while decoder.decode_request(&mut buf, &mut request)? {
             assert!(!request.is_empty());
-            assert_eq!(request.args().len(), request.len());
-            requests.push(request.args().map(Bytes::copy_from_slice).collect());
+            assert_eq!(request.args(&buf).len(), request.len());
+            requests.push(request.args(&buf).map(Bytes::copy_from_slice).collect());
+            // Consumed now or by the next call: both, on alternate requests.
+            if requests.len() % 2 == 0 {
+                request.consume(&mut buf);
+            }
         }
         assert!(buf.len() <= before);
     }
+    request.consume(&mut buf);
     Ok((requests, buf.len()))
 }
 

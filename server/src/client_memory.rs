@@ -38,7 +38,8 @@ pub struct Footprint {
     /// the buffer they arrived in, no longer part of the query buffer.
     pub argv: usize,
     /// The tables of where the arguments lie (the decoder's and the request's),
-    /// once a request had more arguments than they hold in place.
+    /// once a request had more arguments than they hold in place, and the list
+    /// of a request of many arguments while it runs.
     pub scratch: usize,
     /// The commands MULTI has queued (`multi-mem`).
     pub multi: usize,

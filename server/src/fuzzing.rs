@@ -111,6 +111,7 @@ impl Client {
                 Ok(true) => {
                     let authenticated = self.session.authenticated;
                     let flow = self.dispatch(&mut out);
+                    self.request.consume(&mut self.rbuf);
                     if self.session.authenticated != authenticated {
                         self.decoder.set_limits(limits(&self.server, &self.session));
                     }
@@ -151,7 +152,7 @@ impl Client {
     /// with its deadline passed, so it gives the answer of a wait that timed out.
     fn dispatch(&mut self, out: &mut Output) -> Flow {
         let (server, session) = (&*self.server, &mut self.session);
-        let list: Vec<&[u8]> = self.request.args().collect();
+        let list: Vec<&[u8]> = self.request.args(&self.rbuf).collect();
         let argv = cmd::Argv::new(&list, self.request.owned());
         let mut flow = cmd::dispatch(server, session, argv, out, None);
         while let Flow::Park(_) = flow {

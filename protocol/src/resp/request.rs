@@ -294,16 +294,18 @@ impl RequestDecoder {
 
     /// Decodes one request from the front of `buf` into `request`.
     ///
-    /// Returns `Ok(true)` with `request` holding the request (never empty) and its
-    /// bytes removed from `buf`; its arguments are slices of its bytes, but for a
-    /// big argument whose data was gathered in a buffer of its own ([`BIG_ARG`]).
-    /// Returns `Ok(false)` when `buf` holds only part of a request: `buf` is left
-    /// as it is, except that empty requests before it have been skipped, and that
-    /// the data of a big bulk still arriving has moved to a buffer of its own
-    /// ([`big_buffer`](Self::big_buffer)). `request` is cleared in every case.
+    /// Returns `Ok(true)` with `request` holding the request (never empty), which
+    /// stays at the front of `buf` until [`Request::consume`] takes it: its
+    /// arguments are read in place ([`Request::args`]), but for a big argument
+    /// whose data was gathered in a buffer of its own ([`BIG_ARG`]). Returns
+    /// `Ok(false)` when `buf` holds only part of a request: `buf` is left as it
+    /// is, except that empty requests before it have been skipped, and that the
+    /// data of a big bulk still arriving has moved to a buffer of its own
+    /// ([`big_buffer`](Self::big_buffer)). A request `request` still held is
+    /// consumed first, so a caller that forgets to never runs one twice.
     ///
-    /// A request's arguments cost no reference count each: a server reads them as
-    /// slices ([`Request::args`]) and takes ownership only of what it keeps.
+    /// A request's arguments cost nothing each: no copy, no reference count. A
+    /// server takes ownership only of what it keeps.
     ///
     /// # Errors
     ///
@@ -314,7 +316,7 @@ impl RequestDecoder {
         buf: &mut BytesMut,
         request: &mut Request,
     ) -> Result<bool, ProtocolError> {
-        request.clear();
+        request.consume(buf);
         loop {
             let parsed = match self.step(buf) {
                 Ok(parsed) => parsed,
@@ -328,7 +330,8 @@ impl RequestDecoder {
                 Parsed::Incomplete => return Ok(false),
                 Parsed::Multibulk { len } if self.progress.args.is_empty() => buf.advance(len),
                 Parsed::Multibulk { len } => {
-                    request.bytes = buf.split_to(len).freeze();
+                    request.wire = len;
+                    request.data = self.progress.data;
                     // The request's (empty) table becomes the next one's.
                     std::mem::swap(&mut request.ranges, &mut self.progress.args);
                     if let Some(mut big) = self.big.take() {
@@ -338,19 +341,21 @@ impl RequestDecoder {
                     }
                 }
                 Parsed::Inline { len, args: words } => {
-                    buf.advance(len);
-                    let mut bytes = Vec::with_capacity(words.iter().map(Vec::len).sum());
+                    request.wire = len;
+                    let mut line = Vec::with_capacity(words.iter().map(Vec::len).sum());
                     for word in words {
-                        request.ranges.push(bytes.len()..bytes.len() + word.len());
-                        bytes.extend_from_slice(&word);
+                        request.ranges.push(line.len()..line.len() + word.len());
+                        line.extend_from_slice(&word);
                     }
-                    request.bytes = Bytes::from(bytes);
+                    request.data = line.len();
+                    request.words = Some(line);
                 }
             }
             self.progress.reset();
             if !request.is_empty() {
                 return Ok(true);
             }
+            request.consume(buf);
         }
     }
 
@@ -360,8 +365,9 @@ impl RequestDecoder {
     ///
     /// Returns `Ok(true)` with `args` holding the request's arguments (for a
     /// multibulk, slices of the consumed bytes, but each of [`BIG_ARG`] bytes or
-    /// more an allocation of its own; never empty), and `Ok(false)` as
-    /// `decode_request` does. `args` is cleared in every case.
+    /// more an allocation of its own; never empty) and the request's bytes
+    /// removed from `buf`, and `Ok(false)` as `decode_request` does. `args` is
+    /// cleared in every case.
     ///
     /// # Errors
     ///
@@ -373,11 +379,24 @@ impl RequestDecoder {
     ) -> Result<bool, ProtocolError> {
         args.clear();
         let mut request = Request::default();
-        let done = self.decode_request(buf, &mut request)?;
-        if done {
-            args.extend((0..request.len()).map(|i| request.owned_arg(i)));
+        if !self.decode_request(buf, &mut request)? {
+            return Ok(false);
         }
-        Ok(done)
+        let bytes = buf.split_to(request.wire).freeze();
+        args.extend((0..request.len()).map(|i| match &request.big {
+            Some(big) if i == request.big_index => big.clone(),
+            _ => {
+                let arg = request.arg(&bytes, i);
+                // A big argument that arrived whole is copied out, as a server
+                // storing it would have to: it must not pin the request.
+                if arg.len() >= BIG_ARG || request.words.is_some() {
+                    Bytes::copy_from_slice(arg)
+                } else {
+                    bytes.slice_ref(arg)
+                }
+            }
+        }));
+        Ok(true)
     }
 
     /// One step of parsing the request at the front of `buf`, with a big
@@ -433,15 +452,23 @@ impl RequestDecoder {
     }
 }
 
-/// A decoded request: its bytes and where each argument lies in them, reused
-/// from one request to the next ([`RequestDecoder::decode_request`]).
+/// A decoded request: where it lies and where each of its arguments lies,
+/// reused from one request to the next ([`RequestDecoder::decode_request`]).
+///
+/// A multibulk request's arguments lie in the read buffer, at its front, until
+/// the request is consumed: so they are read with that buffer in hand
+/// ([`args`](Self::args)).
 #[derive(Debug, Default)]
 pub struct Request {
-    /// The request as it came (an inline one: its words back to back).
-    bytes: Bytes,
-    /// Where each argument lies in `bytes`; the big one's range is empty. In
-    /// place for a request of a few arguments, as most are.
+    /// How many bytes at the front of the read buffer the request takes.
+    wire: usize,
+    /// Where each argument lies, in the read buffer or in `words`; the big one's
+    /// range is empty. In place for a request of a few arguments, as most are.
     ranges: SmallVec<[Range<usize>; INLINE_ARGS]>,
+    /// The bytes of its arguments' data, but a big one's.
+    data: usize,
+    /// An inline request's words, back to back: its arguments lie here.
+    words: Option<Vec<u8>>,
     /// The argument whose data was gathered in a buffer of its own, if any
     /// ([`BIG_ARG`]), and which one it is.
     big: Option<Bytes>,
@@ -459,22 +486,25 @@ impl Request {
         self.ranges.is_empty()
     }
 
-    /// Argument `i`.
+    /// Argument `i`, `buf` being the buffer the request was decoded from.
     ///
     /// # Panics
     ///
-    /// If `i` is not below [`len`](Self::len).
+    /// If `i` is not below [`len`](Self::len), or `buf` is not that buffer.
     #[inline]
-    pub fn arg(&self, i: usize) -> &[u8] {
-        match &self.big {
-            Some(big) if i == self.big_index => big,
-            _ => &self.bytes[self.ranges[i].clone()],
+    pub fn arg<'a>(&'a self, buf: &'a [u8], i: usize) -> &'a [u8] {
+        let range = self.ranges[i].clone();
+        match (&self.big, &self.words) {
+            (Some(big), _) if i == self.big_index => big,
+            (_, Some(words)) => &words[range],
+            _ => &buf[range],
         }
     }
 
-    /// The arguments in order.
-    pub fn args(&self) -> impl ExactSizeIterator<Item = &[u8]> {
-        (0..self.len()).map(|i| self.arg(i))
+    /// The arguments in order, `buf` being the buffer the request was decoded
+    /// from.
+    pub fn args<'a>(&'a self, buf: &'a [u8]) -> impl ExactSizeIterator<Item = &'a [u8]> + 'a {
+        (0..self.len()).map(move |i| self.arg(buf, i))
     }
 
     /// The arguments that own an allocation of their own, which a server may
@@ -484,9 +514,15 @@ impl Request {
         self.big.as_slice()
     }
 
-    /// Bytes the request holds: its bytes and a big argument's.
+    /// The bytes of its arguments (what Redis's `argv-mem` counts), framing
+    /// not included.
     pub fn size(&self) -> usize {
-        self.bytes.len() + self.big.as_ref().map_or(0, Bytes::len)
+        self.data + self.big.as_ref().map_or(0, Bytes::len)
+    }
+
+    /// How many bytes at the front of the read buffer are the request's.
+    pub fn wire_len(&self) -> usize {
+        self.wire
     }
 
     /// Heap bytes kept from one request to the next: the argument table, once a
@@ -499,23 +535,15 @@ impl Request {
         }
     }
 
-    /// Argument `i` as a `Bytes`: a slice of the request's bytes, but one of
-    /// [`BIG_ARG`] bytes or more as an allocation of its own, copied out if it
-    /// arrived with the rest (so that a server storing it does not pin the
-    /// request's buffer, nor copy it again).
-    pub fn owned_arg(&self, i: usize) -> Bytes {
-        match &self.big {
-            Some(big) if i == self.big_index => big.clone(),
-            _ if self.ranges[i].len() >= BIG_ARG => Bytes::copy_from_slice(self.arg(i)),
-            _ => self.bytes.slice(self.ranges[i].clone()),
-        }
-    }
-
-    /// Forgets the request; keeps the argument table's room, unless one huge
-    /// request grew it.
-    pub fn clear(&mut self) {
-        self.bytes = Bytes::new();
+    /// Takes the request's bytes off the front of `buf`, the buffer it was
+    /// decoded from, and forgets it; keeps the argument table's room, unless
+    /// one huge request grew it.
+    pub fn consume(&mut self, buf: &mut BytesMut) {
+        buf.advance(self.wire);
+        self.wire = 0;
+        self.data = 0;
         self.ranges.clear();
+        self.words = None;
         self.big = None;
         if self.ranges.capacity() > 4 * MAX_PREALLOC {
             self.ranges.shrink_to_fit();
@@ -583,6 +611,8 @@ struct Progress {
     /// Where each argument read so far lies: in place for a request of a few
     /// arguments (most are), so the decoder allocates nothing for them.
     args: SmallVec<[Range<usize>; INLINE_ARGS]>,
+    /// The bytes of those arguments' data, but a big one's gathered apart.
+    data: usize,
 }
 
 impl Progress {
@@ -592,6 +622,7 @@ impl Progress {
         self.count = None;
         self.bulk_len = None;
         self.args.clear();
+        self.data = 0;
         // One huge request must not pin its argument table for the connection's life.
         if self.args.capacity() > 4 * MAX_PREALLOC {
             self.args.shrink_to_fit();
@@ -671,6 +702,7 @@ impl Progress {
                 return Err(ProtocolError::new("expected CRLF after bulk data"));
             }
             self.args.push(self.pos..end);
+            self.data += len;
             self.pos = end + 2;
             self.scanned = self.pos;
             self.bulk_len = None;
@@ -704,6 +736,7 @@ impl Progress {
                 break;
             }
             self.args.push(start..end);
+            self.data += len;
             pos = end + 2;
         }
         // Only when it took something: `scanned` may be far into a long header
@@ -1617,5 +1650,48 @@ mod tests {
         buf.extend_from_slice(&input[40..]);
         assert!(decoder.decode(&mut buf, &mut args).is_err());
         assert!(decoder.big_buffer().is_none() && decoder.big_buffered() == (0, 0));
+    }
+
+    /// A request stays at the front of the buffer, read in place, until it is
+    /// consumed (by the caller, or by the next call); a big argument gathered
+    /// apart is the one owned argument; `size` counts the arguments' data.
+    #[test]
+    fn a_request_is_read_in_place_until_consumed() {
+        let mut decoder = RequestDecoder::new(Limits::default());
+        let mut request = Request::default();
+        let big = vec![b'v'; BIG_ARG];
+        let mut buf = BytesMut::from(&b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nvv\r\nPING  x\r\n"[..]);
+        assert!(decoder.decode_request(&mut buf, &mut request).unwrap());
+        let wire = buf.len() - 9;
+        assert_eq!(request.wire_len(), wire);
+        assert_eq!(
+            request.args(&buf).collect::<Vec<_>>(),
+            [&b"SET"[..], b"k", b"vv"]
+        );
+        assert_eq!((request.size(), request.owned().len()), (6, 0));
+        let at = request.arg(&buf, 1).as_ptr();
+        let k = buf.iter().position(|&b| b == b'k').unwrap();
+        assert_eq!(at, buf[k..].as_ptr(), "in place");
+        request.consume(&mut buf);
+        assert_eq!(&buf[..], b"PING  x\r\n");
+        assert!(request.is_empty() && request.size() == 0);
+
+        // Inline, then left for the next call to consume.
+        assert!(decoder.decode_request(&mut buf, &mut request).unwrap());
+        assert_eq!(request.args(&buf).collect::<Vec<_>>(), [&b"PING"[..], b"x"]);
+        assert_eq!(request.size(), 5);
+        buf.extend_from_slice(format!("*2\r\n$3\r\nSET\r\n${BIG_ARG}\r\n").as_bytes());
+        assert!(!decoder.decode_request(&mut buf, &mut request).unwrap());
+        assert!(request.is_empty() && decoder.big_buffer().is_some());
+        let gathering = decoder.big_buffer().unwrap();
+        gathering.extend_from_slice(&big);
+        gathering.extend_from_slice(b"\r\n");
+        assert!(decoder.decode_request(&mut buf, &mut request).unwrap());
+        assert_eq!(request.size(), 3 + BIG_ARG);
+        assert_eq!(request.owned().len(), 1);
+        assert_eq!(request.arg(&buf, 1).as_ptr(), request.owned()[0].as_ptr());
+        assert_eq!(request.arg(&buf, 1), &big[..]);
+        request.consume(&mut buf);
+        assert!(buf.is_empty());
     }
 }

@@ -276,7 +276,7 @@ impl Conn {
         // before its replies go out, so a client that has its reply sees it; the
         // reply buffer is published after the write, which usually frees it (a
         // batch of small requests thus publishes nothing).
-        let mut now = self.footprint(0);
+        let mut now = self.footprint();
         (now.output_len, now.output_alloc) =
             (self.published.output_len, self.published.output_alloc);
         client_memory::publish(server, &info, &mut self.published, now);
@@ -298,7 +298,7 @@ impl Conn {
             return Err(Closed::Normal);
         }
         self.check_output(server)?;
-        let now = self.footprint(0);
+        let now = self.footprint();
         client_memory::publish(server, &info, &mut self.published, now);
         if held && !held_back(output_limit(server, &self.session).soft, &self.wbuf) {
             return Ok(Pass::Again);
@@ -321,7 +321,6 @@ impl Conn {
                 &self.rbuf,
                 &self.wbuf,
                 &self.request,
-                size,
                 &self.decoder,
                 session,
             );
@@ -329,17 +328,17 @@ impl Conn {
         }
         // After that: the reply buffer is not the request's memory.
         self.wbuf.buf();
-        let (request, wbuf) = (&self.request, &mut self.wbuf);
+        let (request, rbuf, wbuf) = (&self.request, &self.rbuf[..], &mut self.wbuf);
         let mut run = || {
             let mut inline: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
             let many: Vec<&[u8]>;
             let list = if request.len() <= INLINE_ARGS {
-                for (slot, arg) in inline.iter_mut().zip(request.args()) {
+                for (slot, arg) in inline.iter_mut().zip(request.args(rbuf)) {
                     *slot = arg;
                 }
                 &inline[..request.len()]
             } else {
-                many = request.args().collect();
+                many = request.args(rbuf).collect();
                 &many[..]
             };
             let argv = Argv::new(list, request.owned());
@@ -359,7 +358,7 @@ impl Conn {
             // buffer, is read under the new state's limits.
             self.decoder.set_limits(limits(server, session));
         }
-        self.request.clear();
+        self.request.consume(&mut self.rbuf);
         match (flow, parked) {
             (Flow::Continue, _) => {}
             (Flow::Close, _) => self.closing = true,
@@ -484,12 +483,11 @@ impl Conn {
     }
 
     #[inline]
-    fn footprint(&self, argv: usize) -> Footprint {
+    fn footprint(&self) -> Footprint {
         footprint(
             &self.rbuf,
             &self.wbuf,
             &self.request,
-            argv,
             &self.decoder,
             &self.session,
         )
@@ -565,28 +563,36 @@ pub(crate) fn limits(server: &Server, session: &Session) -> Limits {
     }
 }
 
-/// What this connection holds now, `argv` being the bytes of a request split off
-/// the read buffer and not yet run.
+/// What this connection holds now, `request` being the one decoded and not yet
+/// run, if any: its bytes are its arguments (`argv-mem`), no longer query buffer.
 #[inline]
 fn footprint(
     rbuf: &BytesMut,
     wbuf: &Output,
     request: &Request,
-    argv: usize,
     decoder: &RequestDecoder,
     session: &Session,
 ) -> Footprint {
     // A big argument's data, read into a buffer of its own, is query buffer too.
     let (big_len, big_room) = decoder.big_buffered();
     Footprint {
-        query_len: rbuf.len() + big_len,
+        query_len: rbuf.len() - request.wire_len() + big_len,
         query_free: rbuf.capacity() - rbuf.len() + big_room,
-        argv,
-        scratch: request.scratch_bytes() + decoder.scratch_bytes(),
+        argv: request.size(),
+        scratch: request.scratch_bytes() + decoder.scratch_bytes() + arg_list_bytes(request),
         multi: session.multi.as_ref().map_or(0, |m| m.bytes),
         output_len: wbuf.len(),
         output_alloc: wbuf.allocated(),
         pubsub: pubsub::queued(session),
+    }
+}
+
+/// Heap bytes the list of a request's arguments takes while it runs: none for
+/// a request of up to [`INLINE_ARGS`] arguments, listed on the stack.
+fn arg_list_bytes(request: &Request) -> usize {
+    match request.len() {
+        n if n > INLINE_ARGS => n * std::mem::size_of::<&[u8]>(),
+        _ => 0,
     }
 }
 
