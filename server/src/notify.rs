@@ -22,8 +22,6 @@
 
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
-use bytes::{BufMut, Bytes, BytesMut};
-
 use crate::server::Server;
 
 /// `K`: `__keyspace@0__:<key>` channels.
@@ -164,22 +162,14 @@ pub fn events<'k>(
 
 #[cold]
 fn publish(server: &Server, flags: u32, event: &'static str, key: &[u8]) {
-    let name = Bytes::from_static(event.as_bytes());
     if flags & KEYSPACE != 0 {
-        let channel = channel(b"__keyspace@0__:", key);
-        crate::pubsub::publish(server, &channel, &name);
+        let channel = [&b"__keyspace@0__:"[..], key].concat();
+        crate::pubsub::publish(server, &channel, event.as_bytes());
     }
     if flags & KEYEVENT != 0 {
-        let channel = channel(b"__keyevent@0__:", event.as_bytes());
-        crate::pubsub::publish(server, &channel, &Bytes::copy_from_slice(key));
+        let channel = [&b"__keyevent@0__:"[..], event.as_bytes()].concat();
+        crate::pubsub::publish(server, &channel, key);
     }
-}
-
-fn channel(prefix: &[u8], name: &[u8]) -> Bytes {
-    let mut c = BytesMut::with_capacity(prefix.len() + name.len());
-    c.put_slice(prefix);
-    c.put_slice(name);
-    c.freeze()
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::RwLock;
-use relcache_protocol::resp::{Frame, Protocol};
+use relcache_protocol::resp::{write_array_header, write_bulk, Frame, Protocol};
 use tokio::sync::mpsc;
 
 use crate::config::OutputLimit;
@@ -470,17 +470,19 @@ fn confirmation(word: &'static [u8], name: Frame, count: usize) -> Frame {
     ])
 }
 
-/// A message encoded for each protocol, each at most once.
-struct Encoded {
-    frame: Frame,
+/// A message to subscribers: a push of bulk strings (`message`, channel,
+/// payload; or `pmessage` with the pattern first), encoded once per protocol,
+/// on first need, straight from the publisher's arguments.
+struct Encoded<'a> {
+    parts: &'a [&'a [u8]],
     resp2: Option<Bytes>,
     resp3: Option<Bytes>,
 }
 
-impl Encoded {
-    fn new(frame: Frame) -> Encoded {
+impl<'a> Encoded<'a> {
+    fn new(parts: &'a [&'a [u8]]) -> Encoded<'a> {
         Encoded {
-            frame,
+            parts,
             resp2: None,
             resp3: None,
         }
@@ -492,9 +494,18 @@ impl Encoded {
         } else {
             (&mut self.resp2, Protocol::Resp2)
         };
+        let parts = self.parts;
         slot.get_or_insert_with(|| {
-            let mut out = BytesMut::new();
-            self.frame.encode(proto, &mut out);
+            let size: usize = parts.iter().map(|p| p.len() + 24).sum();
+            let mut out = BytesMut::with_capacity(size + 24);
+            write_array_header(&mut out, parts.len());
+            if proto == Protocol::Resp3 {
+                // A push is an array with its own type byte.
+                out[0] = b'>';
+            }
+            for part in parts {
+                write_bulk(&mut out, part);
+            }
             out.freeze()
         })
         .clone()
@@ -503,17 +514,14 @@ impl Encoded {
 
 /// PUBLISH: sends `message` to the channel's subscribers and to every pattern
 /// subscription matching it; returns how many that was.
-pub fn publish(server: &Server, channel: &Bytes, message: &Bytes) -> usize {
+pub fn publish(server: &Server, channel: &[u8], message: &[u8]) -> usize {
     let limit = server.config.pubsub_output_limit();
     let inner = server.pubsub.inner.read();
     let mut receivers = 0;
     let send = |s: &Subscriber, msg: &mut Encoded| s.send(server, limit, msg.for_client(&s.info));
     if let Some(subs) = inner.channels.get(channel) {
-        let mut msg = Encoded::new(Frame::Push(vec![
-            Frame::Bulk(Bytes::from_static(b"message")),
-            Frame::Bulk(channel.clone()),
-            Frame::Bulk(message.clone()),
-        ]));
+        let parts = [&b"message"[..], channel, message];
+        let mut msg = Encoded::new(&parts);
         for s in subs.values() {
             send(s, &mut msg);
         }
@@ -523,12 +531,8 @@ pub fn publish(server: &Server, channel: &Bytes, message: &Bytes) -> usize {
         if !crate::glob::matches(pattern, channel, false) {
             continue;
         }
-        let mut msg = Encoded::new(Frame::Push(vec![
-            Frame::Bulk(Bytes::from_static(b"pmessage")),
-            Frame::Bulk(pattern.clone()),
-            Frame::Bulk(channel.clone()),
-            Frame::Bulk(message.clone()),
-        ]));
+        let parts = [&b"pmessage"[..], pattern, channel, message];
+        let mut msg = Encoded::new(&parts);
         for s in subs.values() {
             send(s, &mut msg);
         }
@@ -539,17 +543,14 @@ pub fn publish(server: &Server, channel: &Bytes, message: &Bytes) -> usize {
 
 /// SPUBLISH: sends `message` to the shard channel's subscribers (patterns never
 /// see shard channels); returns how many there were.
-pub fn spublish(server: &Server, channel: &Bytes, message: &Bytes) -> usize {
+pub fn spublish(server: &Server, channel: &[u8], message: &[u8]) -> usize {
     let limit = server.config.pubsub_output_limit();
     let inner = server.pubsub.inner.read();
     let Some(subs) = inner.shard.get(channel) else {
         return 0;
     };
-    let mut msg = Encoded::new(Frame::Push(vec![
-        Frame::Bulk(Bytes::from_static(b"smessage")),
-        Frame::Bulk(channel.clone()),
-        Frame::Bulk(message.clone()),
-    ]));
+    let parts = [&b"smessage"[..], channel, message];
+    let mut msg = Encoded::new(&parts);
     for s in subs.values() {
         s.send(server, limit, msg.for_client(&s.info));
     }
@@ -674,7 +675,7 @@ mod tests {
     #[test]
     fn messages_are_encoded_once_per_protocol() {
         let info = info();
-        let mut msg = Encoded::new(Frame::Push(vec![Frame::Bulk(Bytes::from_static(b"m"))]));
+        let mut msg = Encoded::new(&[b"m"]);
         assert_eq!(&msg.for_client(&info)[..], b"*1\r\n$1\r\nm\r\n");
         info.proto.store(3, Relaxed);
         assert_eq!(&msg.for_client(&info)[..], b">1\r\n$1\r\nm\r\n");

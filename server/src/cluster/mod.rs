@@ -143,14 +143,14 @@ impl Cluster {
     /// Sends a PUBLISH to every peer, for their subscribers (Redis Cluster's
     /// PUBLISH reaches the whole cluster). A peer whose link is down or whose
     /// queue is full misses it: pub/sub delivers at most once.
-    pub fn publish(&self, channel: &bytes::Bytes, message: &bytes::Bytes) {
+    pub fn publish(&self, channel: &[u8], message: &[u8]) {
         let outbox = self.outbox.lock();
         if outbox.is_empty() {
             return;
         }
         let msg = wire::Message::Publish {
-            channel: channel.clone(),
-            message: message.clone(),
+            channel: bytes::Bytes::copy_from_slice(channel),
+            message: bytes::Bytes::copy_from_slice(message),
         };
         let mut frame = Vec::new();
         wire::encode(&msg, &mut frame);

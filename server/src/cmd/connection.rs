@@ -325,9 +325,7 @@ fn ping(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     {
         // A subscribed RESP2 client reads every reply as a message: Redis answers
         // in that shape, with an empty payload when PING has none.
-        let payload = args
-            .get(1)
-            .map_or_else(Bytes::new, |a| Bytes::copy_from_slice(a));
+        let payload = args.get(1).map_or_else(Bytes::new, |a| ctx.stored(a));
         return Ok(Frame::Array(vec![
             Frame::Bulk(Bytes::from_static(b"pong")),
             Frame::Bulk(payload),
@@ -335,13 +333,14 @@ fn ping(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     }
     match args.len() {
         1 => Ok(Frame::Simple(Bytes::from_static(b"PONG"))),
-        2 => Ok(Frame::Bulk(Bytes::copy_from_slice(args[1]))),
+        // Not copied again when big: the reply shares the argument's allocation.
+        2 => Ok(Frame::Bulk(ctx.stored(args[1]))),
         _ => Err(CmdError::WrongArity("ping".into())),
     }
 }
 
-fn echo(_: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
-    Ok(Frame::Bulk(Bytes::copy_from_slice(args[1])))
+fn echo(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    Ok(Frame::Bulk(ctx.stored(args[1])))
 }
 
 fn quit(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {

@@ -230,19 +230,17 @@ fn sunsubscribe(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
 }
 
 fn publish(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
-    let (channel, message) = (Bytes::copy_from_slice(args[1]), ctx.stored(args[2]));
-    let receivers = pubsub::publish(ctx.server, &channel, &message);
+    let receivers = pubsub::publish(ctx.server, args[1], args[2]);
     // In a cluster a message reaches every node's subscribers; the count, as
     // Redis's, is this node's.
     if ctx.server.cluster.enabled() {
-        ctx.server.cluster.publish(&channel, &message);
+        ctx.server.cluster.publish(args[1], args[2]);
     }
     Ok(Frame::Integer(receivers as i64))
 }
 
 fn spublish(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
-    let (channel, message) = (Bytes::copy_from_slice(args[1]), ctx.stored(args[2]));
-    let receivers = pubsub::spublish(ctx.server, &channel, &message);
+    let receivers = pubsub::spublish(ctx.server, args[1], args[2]);
     Ok(Frame::Integer(receivers as i64))
 }
 
