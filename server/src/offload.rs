@@ -28,11 +28,10 @@ use tokio::runtime::{Handle, RuntimeFlavor};
 /// Requests larger than this (in argument bytes) run offloaded.
 pub const LARGE_REQUEST: usize = 256 * 1024;
 
-/// Requests with more arguments than this run off the loop, as do the making of
-/// their arguments into slices of the request and letting go of them: about a
-/// millisecond each at this count (a slice is ~45 instructions to make and ~20
-/// to drop), a few for a command's work on them (one-byte keys, which
-/// [`LARGE_REQUEST`] would not catch). Below it the hand-over costs more than
+/// Requests with more arguments than this run off the loop, as do the listing
+/// of their arguments and the freeing of the tables of where they lie (a
+/// millisecond or more each at a few million), and a command's work on them
+/// (one-byte keys, which [`LARGE_REQUEST`] would not catch). Below it the hand-over costs more than
 /// it saves: a 20,000-id SADD paid two of them, ~2.5 context switches, when
 /// the threshold was 8,192 arguments.
 pub const LARGE_ARGS: usize = 64 * 1024;

@@ -328,37 +328,42 @@ impl Conn {
         }
         // After that: the reply buffer is not the request's memory.
         self.wbuf.buf();
-        let (request, rbuf, wbuf) = (&self.request, &self.rbuf[..], &mut self.wbuf);
+        // Past a few million arguments even listing them takes milliseconds.
+        let large = size > LARGE_REQUEST || self.request.len() > LARGE_ARGS;
+        let (request, rbuf, wbuf) = (&mut self.request, &mut self.rbuf, &mut self.wbuf);
         let mut run = || {
-            let mut inline: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
-            let many: Vec<&[u8]>;
-            let list = if request.len() <= INLINE_ARGS {
-                for (slot, arg) in inline.iter_mut().zip(request.args(rbuf)) {
-                    *slot = arg;
-                }
-                &inline[..request.len()]
-            } else {
-                many = request.args(rbuf).collect();
-                &many[..]
+            let (flow, parked) = {
+                let mut inline: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
+                let many: Vec<&[u8]>;
+                let list = if request.len() <= INLINE_ARGS {
+                    for (slot, arg) in inline.iter_mut().zip(request.args(rbuf)) {
+                        *slot = arg;
+                    }
+                    &inline[..request.len()]
+                } else {
+                    many = request.args(rbuf).collect();
+                    &many[..]
+                };
+                let argv = Argv::new(list, request.owned());
+                let flow = cmd::dispatch(server, session, argv, wbuf, None);
+                // A command that waits keeps its arguments, owned.
+                let parked = matches!(flow, Flow::Park(_)).then(|| argv.to_owned_vec());
+                (flow, parked)
             };
-            let argv = Argv::new(list, request.owned());
-            let flow = cmd::dispatch(server, session, argv, wbuf, None);
-            // A command that waits keeps its arguments, owned.
-            let parked = matches!(flow, Flow::Park(_)).then(|| argv.to_owned_vec());
+            // A large request's table of places and its read buffer (80 MB and
+            // 70 MB for a 5M-id SADD) are let go here, off the loop with the rest.
+            request.consume(rbuf);
+            if large && rbuf.is_empty() {
+                *rbuf = BytesMut::new();
+            }
             (flow, parked)
         };
-        // Past a few million arguments even listing them takes milliseconds.
-        let (flow, parked) = if size > LARGE_REQUEST || request.len() > LARGE_ARGS {
-            offload(run)
-        } else {
-            run()
-        };
+        let (flow, parked) = if large { offload(run) } else { run() };
         if session.authenticated != authenticated {
             // AUTH, HELLO … AUTH or RESET: the next request, maybe already in the
             // buffer, is read under the new state's limits.
             self.decoder.set_limits(limits(server, session));
         }
-        self.request.consume(&mut self.rbuf);
         match (flow, parked) {
             (Flow::Continue, _) => {}
             (Flow::Close, _) => self.closing = true,
