@@ -525,6 +525,19 @@ impl Request {
         self.wire
     }
 
+    /// How many of [`size`](Self::size)'s bytes lie in the read buffer: a
+    /// multibulk's arguments but a big one gathered apart; none of an inline
+    /// request's, whose words were copied out. A server counting the read
+    /// buffer as query buffer and the arguments apart subtracts these, and
+    /// these only: the framing around them is still input it holds.
+    pub fn data_in_buffer(&self) -> usize {
+        if self.words.is_some() {
+            0
+        } else {
+            self.data
+        }
+    }
+
     /// Heap bytes kept from one request to the next: the argument table, once a
     /// request had more arguments than it holds in place.
     pub fn scratch_bytes(&self) -> usize {

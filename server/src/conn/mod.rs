@@ -329,7 +329,8 @@ impl Conn {
         // After that: the reply buffer is not the request's memory.
         self.wbuf.buf();
         // Past a few million arguments even listing them takes milliseconds.
-        let large = size > LARGE_REQUEST || self.request.len() > LARGE_ARGS;
+        let request = &self.request;
+        let large = size.max(request.wire_len()) > LARGE_REQUEST || request.len() > LARGE_ARGS;
         let (request, rbuf, wbuf) = (&mut self.request, &mut self.rbuf, &mut self.wbuf);
         let mut run = || {
             let (flow, parked) = {
@@ -569,7 +570,8 @@ pub(crate) fn limits(server: &Server, session: &Session) -> Limits {
 }
 
 /// What this connection holds now, `request` being the one decoded and not yet
-/// run, if any: its bytes are its arguments (`argv-mem`), no longer query buffer.
+/// run, if any: its arguments' bytes are `argv-mem`, no longer query buffer
+/// (the framing around them still is, as it is still in the read buffer).
 #[inline]
 fn footprint(
     rbuf: &BytesMut,
@@ -581,7 +583,7 @@ fn footprint(
     // A big argument's data, read into a buffer of its own, is query buffer too.
     let (big_len, big_room) = decoder.big_buffered();
     Footprint {
-        query_len: rbuf.len() - request.wire_len() + big_len,
+        query_len: rbuf.len().saturating_sub(request.data_in_buffer()) + big_len,
         query_free: rbuf.capacity() - rbuf.len() + big_room,
         argv: request.size(),
         scratch: request.scratch_bytes() + decoder.scratch_bytes() + arg_list_bytes(request),
@@ -719,4 +721,40 @@ fn output_over_limit(
         return Some("client scheduled to be closed ASAP for overcoming of output buffer limits");
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, SocketAddr};
+
+    use super::*;
+
+    /// While a request runs, every byte of the read buffer is counted once: its
+    /// arguments as `argv-mem`, the framing around them and whatever follows
+    /// as query buffer (they are the client's, not data, for `maxmemory`).
+    #[test]
+    fn a_request_under_way_is_counted_once() {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 6379));
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let server = Server::new(Default::default(), addr, shutdown.clone());
+        let peer = SocketAddr::from((Ipv4Addr::LOCALHOST, 40000));
+        let info = server.clients.register(peer, addr, &shutdown, 1).unwrap();
+        let session = Session::new(info, true);
+        let mut decoder = RequestDecoder::new(Limits::default());
+        let mut request = Request::default();
+        for wire in [
+            &b"*3\r\n$4\r\nSADD\r\n$1\r\ns\r\n$6\r\n123456\r\n*1\r\n$4\r\nPI"[..],
+            b"SADD  s 123456\r\n*1\r\n$4\r\nPI",
+        ] {
+            let mut rbuf = BytesMut::from(wire);
+            assert!(decoder.decode_request(&mut rbuf, &mut request).unwrap());
+            let now = footprint(&rbuf, &Output::default(), &request, &decoder, &session);
+            assert_eq!(now.argv, 11, "{wire:?}");
+            let words = if rbuf.starts_with(b"*") { 0 } else { 11 };
+            assert_eq!(now.query_len + now.argv, rbuf.len() + words, "{wire:?}");
+            request.consume(&mut rbuf);
+            let after = footprint(&rbuf, &Output::default(), &request, &decoder, &session);
+            assert_eq!((after.query_len, after.argv), (10, 0));
+        }
+    }
 }
