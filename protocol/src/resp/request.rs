@@ -735,7 +735,7 @@ impl Progress {
     #[inline]
     fn short_arguments(&mut self, buf: &[u8], count: usize, limits: &Limits) {
         let start_pos = self.pos;
-        let mut pos = start_pos;
+        let (mut pos, mut data) = (start_pos, self.data);
         while self.args.len() < count {
             let Some((len, header)) = buf.get(pos..).and_then(|b| short_header(b, b'$')) else {
                 break;
@@ -749,9 +749,10 @@ impl Progress {
                 break;
             }
             self.args.push(start..end);
-            self.data += len;
+            data += len;
             pos = end + 2;
         }
+        self.data = data;
         // Only when it took something: `scanned` may be far into a long header
         // line the general loop is still waiting to see the end of, and searching
         // it again from its start on every read would make a header trickling in

@@ -331,35 +331,23 @@ impl Conn {
         // Past a few million arguments even listing them takes milliseconds.
         let request = &self.request;
         let large = size.max(request.wire_len()) > LARGE_REQUEST || request.len() > LARGE_ARGS;
-        let (request, rbuf, wbuf) = (&mut self.request, &mut self.rbuf, &mut self.wbuf);
-        let mut run = || {
-            let (flow, parked) = {
-                let mut inline: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
-                let many: Vec<&[u8]>;
-                let list = if request.len() <= INLINE_ARGS {
-                    for (slot, arg) in inline.iter_mut().zip(request.args(rbuf)) {
-                        *slot = arg;
-                    }
-                    &inline[..request.len()]
-                } else {
-                    many = request.args(rbuf).collect();
-                    &many[..]
-                };
-                let argv = Argv::new(list, request.owned());
-                let flow = cmd::dispatch(server, session, argv, wbuf, None);
-                // A command that waits keeps its arguments, owned.
-                let parked = matches!(flow, Flow::Park(_)).then(|| argv.to_owned_vec());
-                (flow, parked)
-            };
-            // A large request's table of places and its read buffer (80 MB and
-            // 70 MB for a 5M-id SADD) are let go here, off the loop with the rest.
-            request.consume(rbuf);
-            if large && rbuf.is_empty() {
-                *rbuf = BytesMut::new();
-            }
-            (flow, parked)
+        let (flow, parked) = if large {
+            let (request, rbuf, wbuf) = (&mut self.request, &mut self.rbuf, &mut self.wbuf);
+            offload(|| {
+                let ran = run_request(server, session, request, rbuf, wbuf);
+                // Its table of places and its read buffer (80 MB and 70 MB for
+                // a 5M-id SADD) are let go here too, off the loop.
+                request.consume(rbuf);
+                if rbuf.is_empty() {
+                    *rbuf = BytesMut::new();
+                }
+                ran
+            })
+        } else {
+            let ran = run_request(server, session, &self.request, &self.rbuf, &mut self.wbuf);
+            self.request.consume(&mut self.rbuf);
+            ran
         };
-        let (flow, parked) = if large { offload(run) } else { run() };
         if session.authenticated != authenticated {
             // AUTH, HELLO … AUTH or RESET: the next request, maybe already in the
             // buffer, is read under the new state's limits.
@@ -592,6 +580,34 @@ fn footprint(
         output_alloc: wbuf.allocated(),
         pubsub: pubsub::queued(session),
     }
+}
+
+/// Runs `request`, decoded from `rbuf`, with its arguments listed on the stack
+/// (on the heap past [`INLINE_ARGS`]); a command that waits gets them back,
+/// owned, to keep.
+#[inline]
+fn run_request(
+    server: &Server,
+    session: &mut Session,
+    request: &Request,
+    rbuf: &[u8],
+    wbuf: &mut Output,
+) -> (Flow, Option<Vec<bytes::Bytes>>) {
+    let mut inline: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
+    let many: Vec<&[u8]>;
+    let list = if request.len() <= INLINE_ARGS {
+        for (slot, arg) in inline.iter_mut().zip(request.args(rbuf)) {
+            *slot = arg;
+        }
+        &inline[..request.len()]
+    } else {
+        many = request.args(rbuf).collect();
+        &many[..]
+    };
+    let argv = Argv::new(list, request.owned());
+    let flow = cmd::dispatch(server, session, argv, wbuf, None);
+    let parked = matches!(flow, Flow::Park(_)).then(|| argv.to_owned_vec());
+    (flow, parked)
 }
 
 /// Heap bytes the list of a request's arguments takes while it runs: none for
