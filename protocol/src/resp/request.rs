@@ -10,11 +10,12 @@
 //! Two entry points share one state machine:
 //!
 //! - [`RequestDecoder`], for a connection: resumable, so a request that arrives over
-//!   many reads is scanned once in total, and zero-copy: a [`Request`] is the
-//!   request's bytes and where each argument lies in them, so a server reads its
-//!   arguments as slices without a reference count each, but for a bulk of
-//!   [`BIG_ARG`] bytes or more still arriving when its header is read, which is
-//!   gathered into an allocation of its own that a server can store as it is.
+//!   many reads is scanned once in total, and zero-copy: a [`Request`] says where
+//!   each argument lies in the read buffer, where the request stays until it is
+//!   consumed, so a server reads its arguments as slices, with no copy and no
+//!   reference count each; but a bulk of [`BIG_ARG`] bytes or more still arriving
+//!   when its header is read is gathered into an allocation of its own, which a
+//!   server can store as it is.
 //! - [`parse_request`], a pure function over `&[u8]` for tests, fuzzing and tools.
 //!
 //! Empty requests (`*0`, any negative count such as `*-1` or `*-10`, a blank line)

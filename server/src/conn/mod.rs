@@ -9,9 +9,9 @@
 //! and a close; a bad *command* gets an error reply and the connection stays open.
 //!
 //! An idle connection holds no buffer: every buffer, and the argument tables of a
-//! request of many arguments, are given back once empty (Redis 7 frees idle query buffers in
-//! its cron; here it happens at the end of each batch), small ones to the thread's
-//! spares ([`crate::spare`]), where its next connection with input reads. What the
+//! request of many arguments, are given back once empty (Redis 7 frees idle query
+//! buffers in its cron; here it happens at the end of each batch), small ones to the
+//! thread's spares ([`crate::spare`]), where its next connection with input reads. What the
 //! buffers hold is published as the client's memory ([`crate::client_memory`]),
 //! apart from data.
 //!
