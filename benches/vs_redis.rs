@@ -11,8 +11,19 @@
 //! the default of go-redis 9 and Lettuce): a RESP3 connection has a message
 //! queue, which a server must also wait on.
 //!
+//! The pipelined SET and GET run a second time with a two-thread client
+//! (`redis-benchmark --threads 2`, the `cl` column). One client thread needs about as
+//! much CPU a request as either server and fills a core by itself, so at equal server
+//! CPU a request neither server can go faster than the client. With two client
+//! threads the client no longer sets the rate: a server that runs on both cores
+//! (relcache, a loop per core) takes what the client leaves on either, one that runs
+//! on one thread (Redis) at most one core, less what the client's threads take from
+//! it. Those rows measure that; the machine has no third core to give the client one
+//! of its own.
+//!
 //! Environment: `BENCH_ROUNDS` (default 3), `BENCH_REQUESTS` (N for `-P 1`, default
-//! 200000; the pipelined runs use 5×N so they last long enough to measure),
+//! 200000; the pipelined runs use 5×N so they last long enough to measure, 15×N
+//! with two client threads),
 //! `BENCH_THREADS` (relcache worker threads; default: its own default, one per core).
 //!
 //! What this does NOT measure:
@@ -54,6 +65,8 @@ struct Config {
     pipeline: u32,
     spread: bool,
     resp3: bool,
+    /// redis-benchmark's `--threads`.
+    client_threads: u32,
     requests: u64,
 }
 
@@ -93,6 +106,9 @@ fn run_benchmark(port: u16, pid: u32, c: Config) -> Row {
     }
     if c.resp3 {
         args.push("-3".into());
+    }
+    if c.client_threads > 1 {
+        args.extend(["--threads".into(), c.client_threads.to_string()]);
     }
     let cpu_before = harness::cpu_ns(pid);
     let out = Command::new(harness::tool("redis-benchmark"))
@@ -171,6 +187,7 @@ fn main() {
                     pipeline,
                     spread,
                     resp3: false,
+                    client_threads: 1,
                     requests: n,
                 });
             }
@@ -180,8 +197,23 @@ fn main() {
             pipeline,
             spread: true,
             resp3: true,
+            client_threads: 1,
             requests: n,
         });
+    }
+    for spread in [true, false] {
+        for test in ["SET", "GET"] {
+            configs.push(Config {
+                test,
+                pipeline: 16,
+                spread,
+                resp3: false,
+                client_threads: 2,
+                // Threaded, redis-benchmark times a run in steps of its 250 ms
+                // poll: a run three times longer keeps that error to a few percent.
+                requests: requests * 15,
+            });
+        }
     }
     let mut cells: Vec<(Config, Cell)> = configs.iter().map(|&c| (c, Cell::default())).collect();
 
@@ -201,10 +233,11 @@ fn main() {
                     run_benchmark(redis.port, redis.pid(), *c)
                 };
                 eprintln!(
-                    "round {} -P {:<2} {:<6} {:<8} {:<3} {:>10.0} req/s  p50 {:.3} ms  {:>6.0} ns CPU/req",
+                    "round {} -P {:<2} {:<6} cl {} {:<8} {:<3} {:>10.0} req/s  p50 {:.3} ms  {:>6.0} ns CPU/req",
                     round + 1,
                     c.pipeline,
                     c.keys(),
+                    c.client_threads,
                     if is_relcache { "relcache" } else { "redis" },
                     c.test,
                     row.rps,
@@ -222,10 +255,11 @@ fn main() {
 
     println!();
     println!(
-        "{:<4} {:>3} {:<6} {:>14} {:>14} {:>6}   {:>12} {:>12} {:>6}   {:>8} {:>8}",
+        "{:<4} {:>3} {:<6} {:>2} {:>14} {:>14} {:>6}   {:>12} {:>12} {:>6}   {:>8} {:>8}",
         "test",
         "-P",
         "keys",
+        "cl",
         "relcache req/s",
         "redis req/s",
         "ratio",
@@ -244,15 +278,17 @@ fn main() {
             med(&cell.redis, |r| r.cpu_ns),
         );
         println!(
-            "{:<4} {:>3} {:<6} {ra:>14.0} {rb:>14.0} {:>6.2}   {ca:>12.0} {cb:>12.0} {:>6.2}   {:>8.3} {:>8.3}",
+            "{:<4} {:>3} {:<6} {:>2} {ra:>14.0} {rb:>14.0} {:>6.2}   {ca:>12.0} {cb:>12.0} {:>6.2}   {:>8.3} {:>8.3}",
             c.test,
             c.pipeline,
             c.keys(),
+            c.client_threads,
             ra / rb,
             ca / cb,
             med(&cell.relcache, |r| r.p50_ms),
             med(&cell.redis, |r| r.p50_ms),
         );
     }
-    println!("(ns: server CPU time per request, all threads; ratio < 1 in ns and > 1 in req/s favour relcache)");
+    println!("(ns: server CPU time per request, all threads; ratio < 1 in ns and > 1 in req/s favour relcache;");
+    println!(" cl: redis-benchmark client threads)");
 }
