@@ -16,7 +16,7 @@
 # a client that never waits for a core the server holds. Unpinned (PIN=0), the client
 # and the servers share every core; the client is the heavier side here, and at
 # saturation its threads wait whole scheduler ticks (4 ms) for a core, which is what
-# the p99.9 of such a run then measures (README, Performance).
+# the p99.9 of such a run then measures (docs/PERFORMANCE.md, Why pinned).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
