@@ -21,6 +21,10 @@ use relcache_protocol::resp::{parse_frame, Limits};
 /// @user_script:<line>.` tail).
 const SCRIPTS: &[&[&str]] = &[
     &["EVAL", "return 1", "0"],
+    // `string.rep` is relcache's own wrapper around Lua's: the same replies.
+    &["EVAL", "return ('ab'):rep(3)", "0"],
+    &["EVAL", "return string.rep('x')", "0"],
+    &["EVAL", "return string.rep({}, 2)", "0"],
     &["EVAL", "return 3.99", "0"],
     &["EVAL", "return -2.7", "0"],
     &["EVAL", "return 1e20", "0"],
@@ -719,4 +723,58 @@ fn a_busy_script_hands_its_loop_to_the_other_clients() {
     assert_eq!(spun.reply(&["SET", "k", "v"]), "+OK\r\n");
     assert_eq!(c.reply(&["GET", "k"]), "$1\r\nv\r\n");
     assert_eq!(late.reply(&["GET", "k"]), "$1\r\nv\r\n");
+}
+
+/// A script runs on its connection's loop, so a short one costs no thread
+/// hand-over; work that is long in one step (a value of megabytes copied into or
+/// out of Lua, a big `string.rep`) lets the loop go on without it first, so with
+/// one loop another client's PING is answered while it runs.
+#[test]
+fn a_script_s_big_steps_hold_up_no_other_client() {
+    let s = TestServer::start_with(&["--threads", "1"]);
+    let mut c = Conn::new(s.port);
+    assert_eq!(c.reply(&["EVAL", "return 1", "0"]), ":1\r\n");
+    // Each ends with a collection, so that the hundreds of MB its strings took
+    // are not still held when the next one runs.
+    let big = "local n = #string.rep('x', 200000000) collectgarbage() return n";
+    let set = "local r = redis.call('SET', KEYS[1], string.rep('y', 200000000)) collectgarbage() return r";
+    let get = "local n = #redis.call('GET', KEYS[1]) collectgarbage() return n";
+    for (body, keys, expected) in [
+        (big, &[][..], ":200000000\r\n"),
+        (set, &["big"][..], "+OK\r\n"),
+        (get, &["big"][..], ":200000000\r\n"),
+    ] {
+        let mut heavy = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        let mut other = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        // A regression fails the test rather than hanging it.
+        for sock in [&heavy, &other] {
+            sock.set_read_timeout(Some(Duration::from_secs(60)))
+                .unwrap();
+        }
+        let n = keys.len().to_string();
+        let mut args: Vec<&[u8]> = vec![b"EVAL", body.as_bytes(), n.as_bytes()];
+        args.extend(keys.iter().map(|k| k.as_bytes()));
+        heavy.write_all(&resp_cmd(&args)).unwrap();
+        // Long enough for the script to be read and under way (its big step takes
+        // tens of ms), so the PING does not simply come first.
+        std::thread::sleep(Duration::from_millis(5));
+        other.write_all(&resp_cmd(&[b"PING"])).unwrap();
+        let mut pong = [0u8; 7];
+        other.read_exact(&mut pong).unwrap();
+        assert_eq!(&pong, b"+PONG\r\n");
+        heavy.set_nonblocking(true).unwrap();
+        let mut reply = vec![0u8; expected.len()];
+        match heavy.read(&mut reply) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            r => panic!("{body}: replied before the PING was answered: {r:?}"),
+        }
+        heavy.set_nonblocking(false).unwrap();
+        heavy.read_exact(&mut reply).unwrap();
+        assert_eq!(String::from_utf8_lossy(&reply), expected, "{body}");
+    }
+    // The script's connection came back to the loop; scripts still run in place.
+    assert_eq!(
+        c.reply(&["EVAL", "return redis.call('STRLEN', KEYS[1])", "1", "big"]),
+        ":200000000\r\n"
+    );
 }

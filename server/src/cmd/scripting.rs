@@ -254,7 +254,12 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], script: &Script, ro: bool
         .scripts
         .try_start(ctx.session.id(), shards, threshold)
     {
-        Ok(registered) => registered,
+        Ok(registered) => {
+            // Nothing to wait for, and a receiver alive makes every script's end
+            // wake the channel (`Scripts::finish`).
+            drop(wake);
+            registered
+        }
         // Inside EXEC nothing may wait (the transaction holds its locks); EXEC
         // waited for these shards, so this is a script that started since.
         Err(Holder::Running { busy_at }) if !in_exec => {
@@ -269,10 +274,11 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], script: &Script, ro: bool
         ViewSlot::Exec(v) => Some(v),
         _ => None,
     };
-    // A script may run long, and its shards may first have to be waited for: the
-    // worker's other connections move to another thread meanwhile (the
-    // thread-local Lua state stays with this one).
-    let reply = crate::offload::offload(|| {
+    // Run in place: most scripts take microseconds, less than handing the loop to
+    // another thread would cost. One that runs long hands it over from its
+    // instruction hook (`script::interrupt`), and its shards, if they must be
+    // waited for, are waited for off the loop by the view's own locking.
+    let reply = {
         let mut own;
         let view: &mut View<'_> = match exec_view {
             Some(v) => v,
@@ -298,10 +304,9 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], script: &Script, ro: bool
             server.absorb_view_stats(view);
         }
         reply
-    });
+    };
     // Only once its locks are gone, so that whoever it wakes finds its shards free.
     drop(registered);
-    server.scripts.touch(&script.sha);
     Ok(reply)
 }
 

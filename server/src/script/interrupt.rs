@@ -1,7 +1,11 @@
-//! Stopping a running script (SCRIPT KILL, SHUTDOWN NOSAVE, SIGTERM).
+//! Stopping a running script (SCRIPT KILL, SHUTDOWN NOSAVE, SIGTERM), and
+//! letting the other clients of its loop go on while it runs long.
 //!
 //! An instruction-count hook checks the kill flag of the script running on this
-//! thread and raises SCRIPT KILL's error. It is installed with the C API rather
+//! thread and raises SCRIPT KILL's error. A script starts on its connection's
+//! loop, as a command does; once it has run [`STEP_ASIDE_AFTER`], the hook hands
+//! the loop to another thread (`evloop::hand_over`), which serves the loop's other
+//! clients while this one finishes the script. It is installed with the C API rather
 //! than mlua's `set_hook`, because mlua hooks one Lua thread at a time and drops
 //! the hook from any other: a loop inside a coroutine would never be stopped.
 //! Set on the main state, the hook is inherited by every coroutine created from
@@ -10,7 +14,8 @@
 
 use std::cell::RefCell;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use mlua::{ffi, Lua};
 
@@ -18,6 +23,13 @@ use super::Running;
 
 /// How often (in Lua instructions) a running script checks whether it was killed.
 const HOOK_EVERY: i32 = 10_000;
+
+/// How long a script runs on its loop before the loop goes on without it. A
+/// hand-over costs a thread wake-up and a few context switches, more than most
+/// scripts take (`EVAL "return 1" 0` cost 3.5 times Redis's CPU a request when
+/// every script was handed off); a script that runs longer holds up its loop's
+/// other clients this long, plus up to [`HOOK_EVERY`] instructions.
+const STEP_ASIDE_AFTER: Duration = Duration::from_millis(1);
 
 /// What the hook raises once SCRIPT KILL asked.
 pub(super) const KILLED: &str = "ERR Script killed by user with SCRIPT KILL...";
@@ -29,6 +41,35 @@ thread_local! {
 /// Whether the script running on this thread was asked to stop.
 pub(super) fn killed() -> bool {
     CURRENT.with(|c| c.borrow().as_ref().is_some_and(|r| r.killed.load(Relaxed)))
+}
+
+/// Lets the loop of the script running on this thread go on without it, ahead
+/// of work known to be long (a value of megabytes into or out of Lua), which
+/// the instruction hook would not see until it is over. Once the loop is gone,
+/// or on a thread that never had one, this finds no loop and returns at once.
+pub(super) fn step_aside() {
+    // Nothing may unwind into Lua's C frames from here, whatever goes wrong in
+    // the hand-over.
+    let _ = std::panic::catch_unwind(crate::evloop::hand_over);
+}
+
+/// Lets the loop go on without the script running on this thread if the script
+/// has run [`STEP_ASIDE_AFTER`]: after each `redis.call`, since a script of many
+/// long calls may make few Lua instructions.
+pub(super) fn step_aside_if_overdue() {
+    if overdue() {
+        step_aside();
+    }
+}
+
+/// Whether the script running on this thread has run long enough to let its
+/// loop go on without it.
+fn overdue() -> bool {
+    CURRENT.with(|c| {
+        c.borrow()
+            .as_ref()
+            .is_some_and(|r| r.started.elapsed() >= STEP_ASIDE_AFTER)
+    })
 }
 
 /// Marks `running` as the script on this thread until the guard drops.
@@ -57,6 +98,9 @@ pub(super) fn install(lua: &Lua) -> mlua::Result<()> {
 }
 
 unsafe extern "C-unwind" fn hook(state: *mut ffi::lua_State, _: *mut ffi::lua_Debug) {
+    if overdue() {
+        step_aside();
+    }
     // Nothing with a destructor is alive when `lua_error` unwinds this frame.
     if killed() {
         // SAFETY: a hook runs with a valid state and room for one value; the
@@ -67,3 +111,52 @@ unsafe extern "C-unwind" fn hook(state: *mut ffi::lua_State, _: *mut ffi::lua_De
         }
     }
 }
+
+/// Lua's own `string.rep`, which [`rep`] runs once it has looked at the size.
+static LUA_REP: OnceLock<ffi::lua_CFunction> = OnceLock::new();
+
+/// Puts [`rep`] in place of `string.rep` on a new state, before the sandbox
+/// closes the library.
+pub(super) fn guard_rep(lua: &Lua) -> mlua::Result<()> {
+    // SAFETY: the state pointer is live for the call; the stack is balanced
+    // (string table pushed, looked into and popped).
+    unsafe {
+        lua.exec_raw::<()>((), |state| {
+            ffi::lua_getglobal(state, c"string".as_ptr());
+            ffi::lua_getfield(state, -1, c"rep".as_ptr());
+            if let Some(f) = ffi::lua_tocfunction(state, -1) {
+                LUA_REP.get_or_init(|| f);
+                ffi::lua_pushcfunction(state, rep);
+                ffi::lua_setfield(state, -3, c"rep".as_ptr());
+            }
+            ffi::lua_pop(state, 2);
+        })
+    }
+}
+
+/// `string.rep`, which makes megabytes out of a few bytes in one instruction
+/// that the hook does not see until it is over: a big one lets the script's
+/// loop go on first. Lua's own then runs in this same frame, so its errors name
+/// the function and the script line exactly as they did.
+unsafe extern "C-unwind" fn rep(state: *mut ffi::lua_State) -> std::os::raw::c_int {
+    // SAFETY (all three calls): a C function runs with a valid state, and
+    // reading arguments by index neither converts nor moves them.
+    let len = match unsafe { ffi::lua_type(state, 1) } {
+        ffi::LUA_TSTRING => (unsafe { ffi::lua_objlen(state, 1) }) as f64,
+        // A number's text: at most this long.
+        ffi::LUA_TNUMBER => 24.0,
+        _ => 0.0,
+    };
+    let times = unsafe { ffi::lua_tonumber(state, 2) };
+    if len * times >= BIG_REP {
+        step_aside();
+    }
+    match LUA_REP.get() {
+        // SAFETY: Lua's own `string.rep`, called as Lua would have called it.
+        Some(lua_rep) => unsafe { lua_rep(state) },
+        None => 0,
+    }
+}
+
+/// Bytes of `string.rep` output past which the loop goes on without the script.
+const BIG_REP: f64 = (1 << 20) as f64;

@@ -17,7 +17,7 @@ mod libs;
 pub mod runtime;
 mod sandbox;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -179,7 +179,7 @@ pub enum Origin {
 #[derive(Default)]
 struct Cache {
     /// Each script, with its place in `lru` if it is evictable.
-    map: HashMap<String, (Arc<Script>, Option<u64>)>,
+    map: ahash::HashMap<String, (Arc<Script>, Option<u64>)>,
     /// EVAL-cached scripts by last run, oldest first: a tick-ordered map, so a
     /// script moves to the end in O(log n) each time it runs.
     lru: BTreeMap<u64, String>,
@@ -220,8 +220,21 @@ impl Default for Scripts {
 }
 
 impl Scripts {
+    /// The script named `sha`, about to run (EVAL or EVALSHA): an EVAL-cached one
+    /// becomes the last to be evicted. One lock for both, since every EVAL takes it.
     pub fn get(&self, sha: &str) -> Option<Arc<Script>> {
-        self.cache.lock().map.get(sha).map(|(s, _)| s.clone())
+        let mut cache = self.cache.lock();
+        let (script, old) = cache.map.get(sha).map(|(s, t)| (s.clone(), *t))?;
+        if let Some(old) = old {
+            let tick = cache.next_tick();
+            if let Some(name) = cache.lru.remove(&old) {
+                cache.lru.insert(tick, name);
+            }
+            if let Some(entry) = cache.map.get_mut(sha) {
+                entry.1 = Some(tick);
+            }
+        }
+        Some(script)
     }
 
     /// Caches `script` unless one with its SHA1 is there already (which then
@@ -251,22 +264,6 @@ impl Scripts {
         };
         cache.map.insert(script.sha.clone(), (script.clone(), tick));
         (script, evicted)
-    }
-
-    /// `sha` has just run (EVAL or EVALSHA): an EVAL-cached script becomes the
-    /// last to be evicted.
-    pub fn touch(&self, sha: &str) {
-        let mut cache = self.cache.lock();
-        let Some(&(_, Some(old))) = cache.map.get(sha) else {
-            return;
-        };
-        let tick = cache.next_tick();
-        if let Some(name) = cache.lru.remove(&old) {
-            cache.lru.insert(tick, name);
-        }
-        if let Some(entry) = cache.map.get_mut(sha) {
-            entry.1 = Some(tick);
-        }
     }
 
     pub fn contains(&self, sha: &str) -> bool {
@@ -324,7 +321,13 @@ impl Scripts {
         running.retain(|x| !Arc::ptr_eq(x, r));
         self.active.store(running.len(), Relaxed);
         drop(running);
-        self.ended.send_replace(());
+        // Whoever may wait for this script subscribed before it looked at the
+        // running scripts (`on_end`), so before this one was removed above: with
+        // no receiver now, nobody waits, and the wake-up (a walk over the
+        // channel's waiter lists) is skipped.
+        if self.ended.receiver_count() > 0 {
+            self.ended.send_replace(());
+        }
     }
 
     /// Whether a command of `client` touching `shards` (`None`: every shard) may
@@ -448,7 +451,7 @@ mod tests {
             assert_eq!(s.insert(script(format!("return {i}")), Origin::Eval).1, 0);
         }
         // Run the oldest again: the next insert evicts `return 1` instead.
-        s.touch(&first.sha);
+        assert!(s.get(&first.sha).is_some());
         let (_, evicted) = s.insert(script("return 'new'".into()), Origin::Eval);
         assert_eq!(evicted, 1);
         assert!(s.contains(&first.sha));

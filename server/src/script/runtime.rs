@@ -11,8 +11,8 @@
 //! `<error> script: <sha>, on @user_script:<line>.` reply. An instruction-count
 //! hook ([`interrupt`]) stops a killed script.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
+use std::cell::{Cell, RefCell};
+use std::ptr::NonNull;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -39,8 +39,10 @@ pub struct Invocation<'i> {
 
 struct Runtime {
     state: State,
+    /// The `xpcall` message handler ([`on_error`]).
+    handler: Function,
     generation: u64,
-    functions: HashMap<String, Function>,
+    functions: ahash::HashMap<String, Function>,
 }
 
 /// How many compiled functions a thread may hold beyond the scripts cached before
@@ -49,6 +51,128 @@ const COMPILED_SLACK: usize = 500;
 
 thread_local! {
     static RUNTIME: RefCell<Option<Runtime>> = const { RefCell::new(None) };
+    /// The dispatch of the script running on this thread, while [`run_in`] runs
+    /// it (a `&mut Dispatch` with its lifetime erased; see [`DispatchSet`]).
+    static DISPATCH: Cell<Option<NonNull<()>>> = const { Cell::new(None) };
+}
+
+/// Makes `dispatch` the one `redis.call` and `redis.pcall` reach until dropped.
+///
+/// The two functions are made once per Lua state rather than as scoped closures
+/// for each run: a scoped function is a userdata that each run made and the
+/// collector then finalized, three a run with the message handler, which cost
+/// a short script more than its own work.
+struct DispatchSet<'r> {
+    previous: Option<NonNull<()>>,
+    _dispatch: std::marker::PhantomData<&'r mut ()>,
+}
+
+impl<'r> DispatchSet<'r> {
+    fn start(dispatch: &'r mut &mut Dispatch<'_>) -> Self {
+        let p = NonNull::from(dispatch).cast::<()>();
+        DispatchSet {
+            previous: DISPATCH.replace(Some(p)),
+            _dispatch: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for DispatchSet<'_> {
+    fn drop(&mut self) {
+        DISPATCH.set(self.previous);
+    }
+}
+
+/// Runs one command for the script running on this thread; `None` outside a run.
+/// Taken while it runs, so a command that found its way back into Lua could not
+/// reach the same dispatch twice.
+fn dispatch_current(args: &[Bytes], resp: Resp) -> Option<Frame> {
+    /// Puts the dispatch back when the command is done, or has panicked (a
+    /// coroutine may swallow the panic and the script go on).
+    struct PutBack(NonNull<()>);
+    impl Drop for PutBack {
+        fn drop(&mut self) {
+            DISPATCH.set(Some(self.0));
+        }
+    }
+    let p = DISPATCH.take()?;
+    let _put_back = PutBack(p);
+    // SAFETY: `p` was made by `DispatchSet::start` from a `&mut &mut Dispatch` that
+    // outlives the `DispatchSet` guard, and the guard is alive: it clears or
+    // restores the slot when dropped, unwinding included. Taking the slot makes
+    // this the only reference to the dispatch until it is put back.
+    let dispatch = unsafe { p.cast::<&mut Dispatch<'_>>().as_mut() };
+    let frame = dispatch(args, resp);
+    interrupt::step_aside_if_overdue();
+    Some(frame)
+}
+
+/// Bytes past which copying a value into or out of Lua lets the script's loop go
+/// on without it first (a millisecond or more of copying and hashing).
+const BIG_VALUE: usize = 1 << 20;
+
+/// Elements past which turning a reply into a Lua table does the same.
+const BIG_REPLY: usize = 16 * 1024;
+
+fn value_len(v: &Value) -> usize {
+    match v {
+        Value::String(s) => s.as_bytes().len(),
+        _ => 0,
+    }
+}
+
+/// Whether a command's reply is large enough that turning it into Lua values
+/// takes long: a big bulk string, many elements, or big ones (an MGET of big
+/// values; nested replies are counted one level down, which is as deep as a
+/// command's big values go).
+fn is_big(frame: &Frame) -> bool {
+    let bulk = |f: &Frame| match f {
+        Frame::Bulk(b) => b.len(),
+        _ => 0,
+    };
+    match frame {
+        Frame::Bulk(b) => b.len() >= BIG_VALUE,
+        Frame::Array(items) | Frame::Push(items) | Frame::Set(items) => {
+            items.len() >= BIG_REPLY || items.iter().map(bulk).sum::<usize>() >= BIG_VALUE
+        }
+        Frame::Integers(items) => items.len() >= BIG_REPLY,
+        Frame::Map(pairs) => {
+            pairs.len() >= BIG_REPLY / 2
+                || pairs.iter().map(|(k, v)| bulk(k) + bulk(v)).sum::<usize>() >= BIG_VALUE
+        }
+        _ => false,
+    }
+}
+
+/// Installs `redis.call` (`raise`: a command's error is raised) and
+/// `redis.pcall` (returned as an error table) on a new state.
+fn install_calls(state: &State) -> mlua::Result<()> {
+    for (name, raise) in [("call", true), ("pcall", false)] {
+        let private = state.private.clone();
+        let f = state.lua.create_function(move |lua, args: MultiValue| {
+            let resp = resp_of(&private);
+            if args.iter().map(value_len).sum::<usize>() >= BIG_VALUE {
+                interrupt::step_aside();
+            }
+            let frame = match command_args(args) {
+                Ok(args) => dispatch_current(&args, resp).unwrap_or_else(|| {
+                    Frame::error("ERR redis.call is only available while a script runs")
+                }),
+                Err(text) => Frame::error(text),
+            };
+            if is_big(&frame) {
+                interrupt::step_aside();
+            }
+            match frame {
+                Frame::Error(text) if raise => Err(mlua::Error::external(CallError(
+                    String::from_utf8_lossy(&text).into_owned(),
+                ))),
+                frame => frame_to_lua(lua, frame, resp),
+            }
+        })?;
+        state.redis.raw_set(name, f)?;
+    }
+    Ok(())
 }
 
 fn with_runtime<R>(
@@ -59,11 +183,17 @@ fn with_runtime<R>(
         let mut slot = cell.borrow_mut();
         let generation = scripts.generation();
         if slot.as_ref().is_none_or(|rt| rt.generation != generation) {
-            let state = new_state().map_err(|e| format!("ERR cannot start Lua: {e}"))?;
+            let started = new_state().and_then(|state| {
+                install_calls(&state)?;
+                let handler = state.lua.create_function(on_error)?;
+                Ok((state, handler))
+            });
+            let (state, handler) = started.map_err(|e| format!("ERR cannot start Lua: {e}"))?;
             *slot = Some(Runtime {
                 state,
+                handler,
                 generation,
-                functions: HashMap::new(),
+                functions: ahash::HashMap::default(),
             });
         }
         match slot.as_mut() {
@@ -124,60 +254,37 @@ pub fn compile(scripts: &Scripts, script: &Script) -> Result<(), String> {
 pub fn run(scripts: &Scripts, inv: Invocation<'_>, dispatch: &mut Dispatch<'_>) -> Frame {
     with_runtime(scripts, |rt| {
         let f = rt.function(scripts, inv.script)?;
-        run_in(&rt.state, f, &inv, dispatch).map_err(|e| format!("ERR {e}"))
+        run_in(&rt.state, &rt.handler, f, &inv, dispatch).map_err(|e| format!("ERR {e}"))
     })
     .unwrap_or_else(Frame::error)
 }
 
 fn run_in(
     state: &State,
+    handler: &Function,
     f: Function,
     inv: &Invocation<'_>,
-    dispatch: &mut Dispatch<'_>,
+    mut dispatch: &mut Dispatch<'_>,
 ) -> mlua::Result<Frame> {
     let lua = &state.lua;
     state.globals.raw_set("KEYS", list(lua, inv.keys)?)?;
     state.globals.raw_set("ARGV", list(lua, inv.argv)?)?;
     state.private.raw_set("resp", 2)?;
     let _entered = interrupt::enter(inv.running.clone());
-    let private = &state.private;
-    let dispatch = RefCell::new(dispatch);
-    let result = lua.scope(|scope| {
-        // Rust functions, not Lua wrappers: `return redis.call(…)` is a tail call,
-        // and only a C function keeps the script's frame (and so its line number)
-        // on the stack.
-        for (name, raise) in [("call", true), ("pcall", false)] {
-            let dispatch = &dispatch;
-            let f = scope.create_function(move |lua, args: MultiValue| {
-                let resp = resp_of(private);
-                let frame = match command_args(args) {
-                    Ok(args) => (*dispatch.borrow_mut())(&args, resp),
-                    Err(text) => Frame::error(text),
-                };
-                match frame {
-                    Frame::Error(text) if raise => Err(mlua::Error::external(CallError(
-                        String::from_utf8_lossy(&text).into_owned(),
-                    ))),
-                    frame => frame_to_lua(lua, frame, resp),
-                }
-            })?;
-            state.redis.raw_set(name, f)?;
-        }
-        let handler = scope.create_function(on_error)?;
-        let out: MultiValue = state.xpcall.call((f, handler))?;
-        state.redis.raw_set("call", Value::Nil)?;
-        state.redis.raw_set("pcall", Value::Nil)?;
-        let mut out = out.into_iter();
-        let ok = matches!(out.next(), Some(Value::Boolean(true)));
-        let value = out.next().unwrap_or(Value::Nil);
-        Ok(if ok {
-            lua_to_frame(&value, resp_of(private))
-        } else {
-            let killed = inv.running.killed.load(Relaxed);
-            script_error(&value, &inv.script.sha, killed)
-        })
-    });
-    result
+    let _dispatch = DispatchSet::start(&mut dispatch);
+    // `redis.call` and `redis.pcall` are Rust functions, not Lua wrappers:
+    // `return redis.call(…)` is a tail call, and only a C function keeps the
+    // script's frame (and so its line number) on the stack.
+    let out: MultiValue = state.xpcall.call((f, handler))?;
+    let mut out = out.into_iter();
+    let ok = matches!(out.next(), Some(Value::Boolean(true)));
+    let value = out.next().unwrap_or(Value::Nil);
+    Ok(if ok {
+        lua_to_frame(&value, resp_of(&state.private))
+    } else {
+        let killed = inv.running.killed.load(Relaxed);
+        script_error(&value, &inv.script.sha, killed)
+    })
 }
 
 fn list(lua: &Lua, items: &[&[u8]]) -> mlua::Result<Table> {

@@ -15,10 +15,11 @@ use mlua::{Function, Lua, LuaOptions, StdLib, Table, Value};
 
 use super::{interrupt, libs};
 
-/// Runs once per Lua state. `...` is the real `redis` table (the runtime sets
-/// `call` and `pcall` in it for each run), the runtime's private table (`resp`),
-/// the `cjson` and `bit` tables, and the function that turns a failed
-/// `redis.call` caught by `pcall` into its error text (as Redis 7 hands it).
+/// Runs once per Lua state. `...` is the real `redis` table (the runtime puts
+/// `call` and `pcall` in it), the runtime's private table (`resp`), the `cjson`
+/// and `bit` tables, the function that turns a failed `redis.call` caught by
+/// `pcall` into its error text (as Redis 7 hands it), whether the script was
+/// killed, and `os`.
 const PRELUDE: &str = r#"
 local redis, private, cjson, bit, error_text, killed, os = ...
 local pairs, ipairs, error, type, tostring = pairs, ipairs, error, type, tostring
@@ -139,7 +140,7 @@ pub(super) struct State {
     pub lua: Lua,
     /// The hidden global table (`KEYS` and `ARGV` are set here for each run).
     pub globals: Table,
-    /// The real `redis` table, where each run sets `call` and `pcall`.
+    /// The real `redis` table, where the runtime puts `call` and `pcall`.
     pub redis: Table,
     /// The runtime's private table: `resp`, the protocol `redis.setresp` chose.
     pub private: Table,
@@ -151,6 +152,7 @@ pub(super) fn new_state() -> mlua::Result<State> {
         StdLib::TABLE | StdLib::STRING | StdLib::MATH,
         LuaOptions::new(),
     )?;
+    interrupt::guard_rep(&lua)?;
     let redis = lua.create_table()?;
     redis.raw_set("REDIS_VERSION", crate::REDIS_VERSION)?;
     redis.raw_set("REDIS_VERSION_NUM", version_num(crate::REDIS_VERSION))?;
