@@ -11,6 +11,10 @@
 //! the default of go-redis 9 and Lettuce): a RESP3 connection has a message
 //! queue, which a server must also wait on.
 //!
+//! A SET through a script (`EVAL "return redis.call('set', KEYS[1], ARGV[1])"`
+//! over the same keys) runs at each depth too: scripts are a request path of
+//! their own, the Lua runtime's.
+//!
 //! The pipelined SET and GET run a second time with a two-thread client
 //! (`redis-benchmark --threads 2`, the `cl` column). One client thread needs about as
 //! much CPU a request as either server and fills a core by itself, so at equal server
@@ -82,6 +86,9 @@ impl Config {
     }
 }
 
+/// The script of the `EVAL` rows: a SET of a 64-byte value, through Lua.
+const SCRIPT: &str = "return redis.call('set', KEYS[1], ARGV[1])";
+
 /// Runs one redis-benchmark of `c` against the server `pid` listening on `port`.
 fn run_benchmark(port: u16, pid: u32, c: Config) -> Row {
     let mut args = vec![
@@ -89,8 +96,11 @@ fn run_benchmark(port: u16, pid: u32, c: Config) -> Row {
         "127.0.0.1".into(),
         "-p".into(),
         port.to_string(),
-        "-t".into(),
-        c.test.to_ascii_lowercase(),
+    ];
+    if c.test != "EVAL" {
+        args.extend(["-t".into(), c.test.to_ascii_lowercase()]);
+    }
+    args.extend([
         "-n".into(),
         c.requests.to_string(),
         "-d".into(),
@@ -100,7 +110,7 @@ fn run_benchmark(port: u16, pid: u32, c: Config) -> Row {
         "-P".into(),
         c.pipeline.to_string(),
         "--csv".into(),
-    ];
+    ]);
     if c.spread {
         args.extend(["-r".into(), "100000".into()]);
     }
@@ -109,6 +119,10 @@ fn run_benchmark(port: u16, pid: u32, c: Config) -> Row {
     }
     if c.client_threads > 1 {
         args.extend(["--threads".into(), c.client_threads.to_string()]);
+    }
+    if c.test == "EVAL" {
+        let key = if c.spread { "key:__rand_int__" } else { "key" };
+        args.extend(["eval", SCRIPT, "1", key, &"x".repeat(64)].map(String::from));
     }
     let cpu_before = harness::cpu_ns(pid);
     let out = Command::new(harness::tool("redis-benchmark"))
@@ -129,10 +143,12 @@ fn run_benchmark(port: u16, pid: u32, c: Config) -> Row {
         .skip_while(|l| !l.starts_with("\"test\""))
         .skip(1)
         .filter_map(|l| {
-            let cols: Vec<&str> = l.split(',').map(|c| c.trim_matches('"')).collect();
+            // Counted from the end: a custom command's name (the EVAL rows') has
+            // commas of its own.
+            let cols: Vec<&str> = l.rsplitn(8, ',').map(|c| c.trim_matches('"')).collect();
             Some(Row {
-                rps: cols.get(1)?.parse().ok()?,
-                p50_ms: cols.get(4)?.parse().ok()?,
+                rps: cols.get(6)?.parse().ok()?,
+                p50_ms: cols.get(3)?.parse().ok()?,
                 cpu_ns: cpu as f64 / c.requests as f64,
             })
         })
@@ -197,6 +213,14 @@ fn main() {
             pipeline,
             spread: true,
             resp3: true,
+            client_threads: 1,
+            requests: n,
+        });
+        configs.push(Config {
+            test: "EVAL",
+            pipeline,
+            spread: true,
+            resp3: false,
             client_threads: 1,
             requests: n,
         });
