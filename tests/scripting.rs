@@ -744,31 +744,12 @@ fn a_script_s_big_steps_hold_up_no_other_client() {
         (set, &["big"][..], "+OK\r\n"),
         (get, &["big"][..], ":200000000\r\n"),
     ] {
-        let mut heavy = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
-        let mut other = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
-        // A regression fails the test rather than hanging it.
-        for sock in [&heavy, &other] {
-            sock.set_read_timeout(Some(Duration::from_secs(60)))
-                .unwrap();
-        }
         let n = keys.len().to_string();
         let mut args: Vec<&[u8]> = vec![b"EVAL", body.as_bytes(), n.as_bytes()];
         args.extend(keys.iter().map(|k| k.as_bytes()));
-        heavy.write_all(&resp_cmd(&args)).unwrap();
-        // Long enough for the script to be read and under way (its big step takes
-        // tens of ms), so the PING does not simply come first.
-        std::thread::sleep(Duration::from_millis(5));
-        other.write_all(&resp_cmd(&[b"PING"])).unwrap();
-        let mut pong = [0u8; 7];
-        other.read_exact(&mut pong).unwrap();
-        assert_eq!(&pong, b"+PONG\r\n");
-        heavy.set_nonblocking(true).unwrap();
+        // The big step takes tens of ms.
+        let mut heavy = harness::ping_answered_during(s.port, &args, Duration::from_millis(5));
         let mut reply = vec![0u8; expected.len()];
-        match heavy.read(&mut reply) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            r => panic!("{body}: replied before the PING was answered: {r:?}"),
-        }
-        heavy.set_nonblocking(false).unwrap();
         heavy.read_exact(&mut reply).unwrap();
         assert_eq!(String::from_utf8_lossy(&reply), expected, "{body}");
     }

@@ -633,7 +633,6 @@ fn big_values_freed_before_del_replies_and_after_unlink() {
 #[test]
 fn freeing_a_big_value_holds_up_no_other_client() {
     use std::io::Read;
-    use std::net::TcpStream;
     // Written out in full: a value made by SETRANGE is untouched zero pages,
     // which cost nothing to free.
     let value: Vec<u8> = (0..256u32 << 20).map(|i| (i % 251) as u8).collect();
@@ -645,24 +644,10 @@ fn freeing_a_big_value_holds_up_no_other_client() {
             .arg(&value)
             .query::<()>(&mut con)
             .unwrap();
-        let mut heavy = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
-        let mut other = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
         let args: Vec<&[u8]> = cmd.iter().map(|a| a.as_bytes()).collect();
-        heavy.write_all(&resp_cmd(&args)).unwrap();
-        // Long enough for the command to be read and the free under way (it takes
-        // tens of ms), so the PING does not simply come first in the same batch.
-        std::thread::sleep(Duration::from_millis(2));
-        other.write_all(&resp_cmd(&[b"PING"])).unwrap();
-        let mut pong = [0u8; 7];
-        other.read_exact(&mut pong).unwrap();
-        assert_eq!(&pong, b"+PONG\r\n");
-        heavy.set_nonblocking(true).unwrap();
+        // The free takes tens of ms.
+        let mut heavy = harness::ping_answered_during(srv.port, &args, Duration::from_millis(2));
         let mut reply = [0u8; 8];
-        match heavy.read(&mut reply) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            r => panic!("{cmd:?} replied before the PING was answered: {r:?}"),
-        }
-        heavy.set_nonblocking(false).unwrap();
         let expected: &[u8] = if cmd[0] == "DEL" {
             b":1\r\n"
         } else {

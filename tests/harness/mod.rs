@@ -371,6 +371,39 @@ pub fn roundtrip(s: &mut TcpStream, req: &[u8], expected: &[u8]) {
     );
 }
 
+/// Sends `request` (long work) on a connection of its own, then, `after` it, a
+/// PING on another, and checks that the PING is answered while the long work
+/// runs: its own reply has not come yet. Returns the first connection, whose
+/// reply is next. Every read has a deadline, so a server that holds the PING
+/// fails the test rather than hanging it.
+#[allow(dead_code)] // not every test binary uses it
+pub fn ping_answered_during(port: u16, request: &[&[u8]], after: Duration) -> TcpStream {
+    let mut heavy = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut other = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    for sock in [&heavy, &other] {
+        sock.set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+    }
+    heavy.write_all(&resp_cmd(request)).unwrap();
+    // Long enough for the request to be read and its work under way, so the
+    // PING does not simply come first in the same batch.
+    std::thread::sleep(after);
+    other.write_all(&resp_cmd(&[b"PING"])).unwrap();
+    let mut pong = [0u8; 7];
+    other.read_exact(&mut pong).unwrap();
+    assert_eq!(&pong, b"+PONG\r\n");
+    heavy.set_nonblocking(true).unwrap();
+    match heavy.read(&mut [0u8; 1]) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        r => panic!(
+            "{:?} replied before the PING was answered: {r:?}",
+            String::from_utf8_lossy(request[0])
+        ),
+    }
+    heavy.set_nonblocking(false).unwrap();
+    heavy
+}
+
 /// Encodes one request as a RESP array of bulk strings.
 pub fn resp_cmd(args: &[&[u8]]) -> Vec<u8> {
     let mut out = format!("*{}\r\n", args.len()).into_bytes();
