@@ -5,8 +5,8 @@
 //! thread and raises SCRIPT KILL's error. A script starts on its connection's
 //! loop, as a command does; once it has run [`STEP_ASIDE_AFTER`], the hook hands
 //! the loop to another thread (`evloop::hand_over`), which serves the loop's other
-//! clients while this one finishes the script. It is installed with the C API rather
-//! than mlua's `set_hook`, because mlua hooks one Lua thread at a time and drops
+//! clients while this one finishes the script. The hook is installed with the C API
+//! rather than mlua's `set_hook`, because mlua hooks one Lua thread at a time and drops
 //! the hook from any other: a loop inside a coroutine would never be stopped.
 //! Set on the main state, the hook is inherited by every coroutine created from
 //! it, as in Redis. The flag lives in a thread local because a Lua state, like
@@ -28,7 +28,8 @@ const HOOK_EVERY: i32 = 10_000;
 /// hand-over costs a thread wake-up and a few context switches, more than most
 /// scripts take (`EVAL "return 1" 0` cost 3.5 times Redis's CPU a request when
 /// every script was handed off); a script that runs longer holds up its loop's
-/// other clients this long, plus up to [`HOOK_EVERY`] instructions.
+/// other clients this long, plus up to [`HOOK_EVERY`] instructions or one
+/// `redis.call`, whichever ends first.
 const STEP_ASIDE_AFTER: Duration = Duration::from_millis(1);
 
 /// What the hook raises once SCRIPT KILL asked.
