@@ -21,7 +21,6 @@ use relcache_protocol::resp::{parse_frame, Limits};
 /// @user_script:<line>.` tail).
 const SCRIPTS: &[&[&str]] = &[
     &["EVAL", "return 1", "0"],
-    // `string.rep` is relcache's own wrapper around Lua's: the same replies.
     &["EVAL", "return ('ab'):rep(3)", "0"],
     &["EVAL", "return string.rep('x')", "0"],
     &["EVAL", "return string.rep({}, 2)", "0"],
@@ -727,8 +726,9 @@ fn a_busy_script_hands_its_loop_to_the_other_clients() {
 
 /// A script runs on its connection's loop, so a short one costs no thread
 /// hand-over; work that is long in one step (a value of megabytes copied into or
-/// out of Lua, a big `string.rep`) lets the loop go on without it first, so with
-/// one loop another client's PING is answered while it runs.
+/// out of Lua, a big `string.rep`, a string doubled by `..`) starts with a big
+/// allocation, which lets the loop go on without it first, so with one loop
+/// another client's PING is answered while it runs.
 #[test]
 fn a_script_s_big_steps_hold_up_no_other_client() {
     let s = TestServer::start_with(&["--threads", "1"]);
@@ -739,8 +739,11 @@ fn a_script_s_big_steps_hold_up_no_other_client() {
     let big = "local n = #string.rep('x', 200000000) collectgarbage() return n";
     let set = "local r = redis.call('SET', KEYS[1], string.rep('y', 200000000)) collectgarbage() return r";
     let get = "local n = #redis.call('GET', KEYS[1]) collectgarbage() return n";
+    // A string doubled 27 times: 27 steps, each long in one go.
+    let doubled = "local s = 'x' for i = 1, 27 do s = s .. s end collectgarbage() return #s";
     for (body, keys, expected) in [
         (big, &[][..], ":200000000\r\n"),
+        (doubled, &[][..], ":134217728\r\n"),
         (set, &["big"][..], "+OK\r\n"),
         (get, &["big"][..], ":200000000\r\n"),
     ] {

@@ -31,6 +31,43 @@ thread_local! {
     static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
 }
 
+/// Allocations of this many bytes or more run the function [`before_big_alloc`]
+/// set first.
+pub const BIG_ALLOC: usize = 1 << 20;
+
+thread_local! {
+    // Const-initialised `fn` pointer, no destructor: safe inside the allocator.
+    static BEFORE_BIG: Cell<Option<fn()>> = const { Cell::new(None) };
+}
+
+/// Runs `f` once, before the next allocation of [`BIG_ALLOC`] bytes or more this
+/// thread makes while the returned guard lives. A big allocation is the first
+/// sign of a step that is long in one go, which code watching from outside it (a
+/// Lua instruction hook) sees only once it has ended. `f` runs inside the
+/// allocator: it must not unwind, and what it allocates itself is not watched.
+pub fn before_big_alloc(f: fn()) -> BigAllocWatch {
+    BEFORE_BIG.set(Some(f));
+    BigAllocWatch(())
+}
+
+/// Stops [`before_big_alloc`]'s watch when dropped.
+pub struct BigAllocWatch(());
+
+impl Drop for BigAllocWatch {
+    fn drop(&mut self) {
+        BEFORE_BIG.set(None);
+    }
+}
+
+#[inline]
+fn watch(size: usize) {
+    if size >= BIG_ALLOC {
+        if let Some(f) = BEFORE_BIG.try_with(Cell::take).ok().flatten() {
+            f();
+        }
+    }
+}
+
 #[inline]
 fn add(delta: isize) {
     let i = STRIPE
@@ -53,6 +90,7 @@ pub struct Counting;
 // only adds bookkeeping on an atomic counter, so System's guarantees carry over.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        watch(layout.size());
         // SAFETY: forwarded as is; the caller upholds alloc's contract.
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
@@ -62,6 +100,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        watch(layout.size());
         // SAFETY: as above.
         let p = unsafe { System.alloc_zeroed(layout) };
         if !p.is_null() {
@@ -77,6 +116,9 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if new_size > layout.size() {
+            watch(new_size);
+        }
         // SAFETY: as for dealloc; the caller upholds realloc's contract.
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if !p.is_null() {

@@ -14,7 +14,7 @@
 
 use std::cell::RefCell;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use mlua::{ffi, Lua};
@@ -45,7 +45,7 @@ pub(super) fn killed() -> bool {
 }
 
 /// Lets the loop of the script running on this thread go on without it, ahead
-/// of work known to be long (a value of megabytes into or out of Lua), which
+/// of work known to be long (a big allocation, a reply of many elements), which
 /// the instruction hook would not see until it is over. Once the loop is gone,
 /// or on a thread that never had one, this finds no loop and returns at once.
 pub(super) fn step_aside() {
@@ -112,52 +112,3 @@ unsafe extern "C-unwind" fn hook(state: *mut ffi::lua_State, _: *mut ffi::lua_De
         }
     }
 }
-
-/// Lua's own `string.rep`, which [`rep`] runs once it has looked at the size.
-static LUA_REP: OnceLock<ffi::lua_CFunction> = OnceLock::new();
-
-/// Puts [`rep`] in place of `string.rep` on a new state, before the sandbox
-/// closes the library.
-pub(super) fn guard_rep(lua: &Lua) -> mlua::Result<()> {
-    // SAFETY: the state pointer is live for the call; the stack is balanced
-    // (string table pushed, looked into and popped).
-    unsafe {
-        lua.exec_raw::<()>((), |state| {
-            ffi::lua_getglobal(state, c"string".as_ptr());
-            ffi::lua_getfield(state, -1, c"rep".as_ptr());
-            if let Some(f) = ffi::lua_tocfunction(state, -1) {
-                LUA_REP.get_or_init(|| f);
-                ffi::lua_pushcfunction(state, rep);
-                ffi::lua_setfield(state, -3, c"rep".as_ptr());
-            }
-            ffi::lua_pop(state, 2);
-        })
-    }
-}
-
-/// `string.rep`, which makes megabytes out of a few bytes in one instruction
-/// that the hook does not see until it is over: a big one lets the script's
-/// loop go on first. Lua's own then runs in this same frame, so its errors name
-/// the function and the script line exactly as they did.
-unsafe extern "C-unwind" fn rep(state: *mut ffi::lua_State) -> std::os::raw::c_int {
-    // SAFETY (all three calls): a C function runs with a valid state, and
-    // reading arguments by index neither converts nor moves them.
-    let len = match unsafe { ffi::lua_type(state, 1) } {
-        ffi::LUA_TSTRING => (unsafe { ffi::lua_objlen(state, 1) }) as f64,
-        // A number's text: at most this long.
-        ffi::LUA_TNUMBER => 24.0,
-        _ => 0.0,
-    };
-    let times = unsafe { ffi::lua_tonumber(state, 2) };
-    if len * times >= BIG_REP {
-        step_aside();
-    }
-    match LUA_REP.get() {
-        // SAFETY: Lua's own `string.rep`, called as Lua would have called it.
-        Some(lua_rep) => unsafe { lua_rep(state) },
-        None => 0,
-    }
-}
-
-/// Bytes of `string.rep` output past which the loop goes on without the script.
-const BIG_REP: f64 = (1 << 20) as f64;

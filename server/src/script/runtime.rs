@@ -107,39 +107,18 @@ fn dispatch_current(args: &[Bytes], resp: Resp) -> Option<Frame> {
     Some(frame)
 }
 
-/// Bytes past which copying a value into or out of Lua lets the script's loop go
-/// on without it first (a millisecond or more of copying and hashing).
-const BIG_VALUE: usize = 1 << 20;
-
-/// Elements past which turning a reply into a Lua table does the same.
+/// Elements past which turning a reply into Lua values hands the loop over
+/// first: many small allocations, none of them big, and no Lua instructions.
 const BIG_REPLY: usize = 16 * 1024;
 
-fn value_len(v: &Value) -> usize {
-    match v {
-        Value::String(s) => s.as_bytes().len(),
-        _ => 0,
-    }
-}
-
-/// Whether a command's reply is large enough that turning it into Lua values
-/// takes long: a big bulk string, many elements, or big ones (an MGET of big
-/// values; nested replies are counted one level down, which is as deep as a
-/// command's big values go).
+/// Whether a command's reply has so many elements that turning it into Lua
+/// values takes long. (Big values announce themselves: see
+/// [`crate::alloc::before_big_alloc`].)
 fn is_big(frame: &Frame) -> bool {
-    let bulk = |f: &Frame| match f {
-        Frame::Bulk(b) => b.len(),
-        _ => 0,
-    };
     match frame {
-        Frame::Bulk(b) => b.len() >= BIG_VALUE,
-        Frame::Array(items) | Frame::Push(items) | Frame::Set(items) => {
-            items.len() >= BIG_REPLY || items.iter().map(bulk).sum::<usize>() >= BIG_VALUE
-        }
+        Frame::Array(items) | Frame::Push(items) | Frame::Set(items) => items.len() >= BIG_REPLY,
         Frame::Integers(items) => items.len() >= BIG_REPLY,
-        Frame::Map(pairs) => {
-            pairs.len() >= BIG_REPLY / 2
-                || pairs.iter().map(|(k, v)| bulk(k) + bulk(v)).sum::<usize>() >= BIG_VALUE
-        }
+        Frame::Map(pairs) => pairs.len() >= BIG_REPLY / 2,
         _ => false,
     }
 }
@@ -151,9 +130,6 @@ fn install_calls(state: &State) -> mlua::Result<()> {
         let private = state.private.clone();
         let f = state.lua.create_function(move |lua, args: MultiValue| {
             let resp = resp_of(&private);
-            if args.iter().map(value_len).sum::<usize>() >= BIG_VALUE {
-                interrupt::step_aside();
-            }
             let frame = match command_args(args) {
                 Ok(args) => dispatch_current(&args, resp).unwrap_or_else(|| {
                     Frame::error("ERR redis.call is only available while a script runs")
@@ -266,6 +242,11 @@ fn run_in(
     inv: &Invocation<'_>,
     mut dispatch: &mut Dispatch<'_>,
 ) -> mlua::Result<Frame> {
+    // A step long in one go (a string of megabytes built by `..`, `string.rep` or
+    // cjson, a big value into or out of Lua) starts with a big allocation, which
+    // hands the loop over first; the instruction hook sees only what is long in
+    // many steps.
+    let _big = crate::alloc::before_big_alloc(interrupt::step_aside);
     let lua = &state.lua;
     state.globals.raw_set("KEYS", list(lua, inv.keys)?)?;
     state.globals.raw_set("ARGV", list(lua, inv.argv)?)?;

@@ -152,7 +152,6 @@ pub(super) fn new_state() -> mlua::Result<State> {
         StdLib::TABLE | StdLib::STRING | StdLib::MATH,
         LuaOptions::new(),
     )?;
-    interrupt::guard_rep(&lua)?;
     let redis = lua.create_table()?;
     redis.raw_set("REDIS_VERSION", crate::REDIS_VERSION)?;
     redis.raw_set("REDIS_VERSION_NUM", version_num(crate::REDIS_VERSION))?;
