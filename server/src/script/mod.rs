@@ -220,8 +220,10 @@ impl Default for Scripts {
 }
 
 impl Scripts {
-    /// The script named `sha`, about to run (EVAL or EVALSHA): an EVAL-cached one
-    /// becomes the last to be evicted. One lock for both, since every EVAL takes it.
+    /// The script named `sha` (EVAL, EVALSHA, SCRIPT LOAD): an EVAL-cached one
+    /// becomes the last to be evicted, as one about to run should. One lock for
+    /// both, since every EVAL takes it; a SCRIPT LOAD or an EVAL refused before it
+    /// runs moves it too, which only keeps a script a client uses a little longer.
     pub fn get(&self, sha: &str) -> Option<Arc<Script>> {
         let mut cache = self.cache.lock();
         let (script, old) = cache.map.get(sha).map(|(s, t)| (s.clone(), *t))?;
