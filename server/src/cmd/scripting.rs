@@ -178,9 +178,10 @@ fn evalsha_ro(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
 /// The script with this body, compiled and cached (EVAL caches what it runs, as
 /// Redis does, so EVALSHA finds it afterwards; see [`Origin`] for how long).
 fn cached(server: &Server, body: &[u8], origin: Origin) -> Result<Arc<Script>, CmdError> {
-    let sha = crate::script::sha1_hex(body);
+    let sha = crate::script::body_sha(body);
+    // Cached means compiled once without error, so it compiles here too when it
+    // first runs on this thread.
     if let Some(s) = server.scripts.get(&sha) {
-        runtime::compile(&server.scripts, &s).map_err(CmdError::Coded)?;
         return Ok(s);
     }
     // Cached for good: a copy, not a slice of the read buffer it arrived in.
@@ -294,10 +295,11 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], script: &Script, ro: bool
             argv,
             running: running.clone(),
         };
-        let mut dispatch = |cmd: &[Bytes], resp: Resp| {
-            super::with_owned(cmd, |cmd| {
-                call(server, session, view, &rules, running, cmd, resp)
-            })
+        // The arguments are the script's strings, borrowed: a command copies what
+        // it stores.
+        let mut dispatch = |cmd: &[&[u8]], resp: Resp| {
+            let cmd = Argv::new(cmd, &[]);
+            call(server, session, view, &rules, running, cmd, resp)
         };
         let reply = runtime::run(&server.scripts, inv, &mut dispatch);
         if !in_exec {

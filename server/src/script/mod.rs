@@ -17,6 +17,7 @@ mod libs;
 pub mod runtime;
 mod sandbox;
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
@@ -72,9 +73,46 @@ impl Script {
     }
 }
 
+/// Bodies at most this long are remembered by [`body_sha`].
+const NAMED_BODY_MAX: usize = 4096;
+/// How many bodies [`body_sha`] remembers on a thread before it starts over.
+const NAMED_BODIES: usize = 64;
+
+/// The SHA1 name of a script body, as [`sha1_hex`], remembered for the bodies
+/// this thread named lately: EVAL names its body on every call, and hashing a
+/// short script cost about as much as running it. A body has one name for good,
+/// so the memo needs no invalidation, only a bound (at most 256 KB a thread).
+pub fn body_sha(body: &[u8]) -> String {
+    thread_local! {
+        static NAMED: RefCell<ahash::HashMap<Box<[u8]>, String>> = RefCell::default();
+    }
+    if body.len() > NAMED_BODY_MAX {
+        return sha1_hex(body);
+    }
+    NAMED.with_borrow_mut(|named| {
+        if let Some(sha) = named.get(body) {
+            return sha.clone();
+        }
+        if named.len() >= NAMED_BODIES {
+            named.clear();
+        }
+        let sha = sha1_hex(body);
+        named.insert(body.into(), sha.clone());
+        sha
+    })
+}
+
 /// Lower-case hex SHA1 (`redis.sha1hex`, script names).
 pub fn sha1_hex(data: &[u8]) -> String {
-    sha1_smol::Sha1::from(data).digest().to_string()
+    // By hand rather than through `Display`: EVAL names its body on every call,
+    // and the formatting machinery cost twice the hashing of a short script.
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(40);
+    for b in sha1_smol::Sha1::from(data).digest().bytes() {
+        hex.push(char::from(DIGITS[usize::from(b >> 4)]));
+        hex.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    hex
 }
 
 fn parse_shebang(body: &[u8]) -> Result<Flags, String> {
@@ -474,6 +512,20 @@ mod tests {
     #[test]
     fn sha1_is_lower_hex() {
         assert_eq!(sha1_hex(b""), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+        assert_eq!(sha1_hex(b"abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
+    }
+
+    #[test]
+    fn a_remembered_name_is_the_body_s_own() {
+        let bodies: Vec<Vec<u8>> = (0..3 * NAMED_BODIES)
+            .map(|i| format!("return {i}").into_bytes())
+            .chain([vec![b'x'; NAMED_BODY_MAX + 1], Vec::new()])
+            .collect();
+        // Twice over, so that the second pass meets remembered names and, past
+        // the bound, bodies forgotten and named again.
+        for body in bodies.iter().chain(&bodies) {
+            assert_eq!(body_sha(body), sha1_hex(body));
+        }
     }
 
     #[test]

@@ -16,9 +16,9 @@ use std::ptr::NonNull;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use mlua::{Function, Lua, MultiValue, Table, Value};
+use mlua::{ffi, BorrowedBytes, Function, Lua, MultiValue, Table, Value};
 use relcache_protocol::resp::Frame;
+use smallvec::SmallVec;
 
 use super::convert::{frame_to_lua, lua_to_frame, Resp};
 use super::interrupt::{self, KILLED};
@@ -27,7 +27,7 @@ use super::{Running, Script, Scripts};
 
 /// Runs one command for the script (`redis.call` / `redis.pcall`): its reply, or
 /// an error frame for a refused or failed command.
-pub type Dispatch<'d> = dyn FnMut(&[Bytes], Resp) -> Frame + 'd;
+pub type Dispatch<'d> = dyn FnMut(&[&[u8]], Resp) -> Frame + 'd;
 
 /// One run of a script.
 pub struct Invocation<'i> {
@@ -54,6 +54,14 @@ thread_local! {
     /// The dispatch of the script running on this thread, while [`run_in`] runs
     /// it (a `&mut Dispatch` with its lifetime erased; see [`DispatchSet`]).
     static DISPATCH: Cell<Option<NonNull<()>>> = const { Cell::new(None) };
+    /// The protocol the script running on this thread chose (`redis.setresp`);
+    /// kept here rather than in a Lua table, which `redis.call` read each time.
+    static RESP: Cell<Resp> = const { Cell::new(Resp::Two) };
+}
+
+/// `redis.setresp`, its argument checked already.
+pub(super) fn choose_resp(n: i64) {
+    RESP.set(if n == 3 { Resp::Three } else { Resp::Two });
 }
 
 /// Makes `dispatch` the one `redis.call` and `redis.pcall` reach until dropped.
@@ -86,7 +94,7 @@ impl Drop for DispatchSet<'_> {
 /// Runs one command for the script running on this thread; `None` outside a run.
 /// Taken while it runs, so a command that found its way back into Lua could not
 /// reach the same dispatch twice.
-fn dispatch_current(args: &[Bytes], resp: Resp) -> Option<Frame> {
+fn dispatch_current(args: &[&[u8]], resp: Resp) -> Option<Frame> {
     /// Puts the dispatch back when the command is done, or has panicked (a
     /// coroutine may swallow the panic and the script go on).
     struct PutBack(NonNull<()>);
@@ -127,13 +135,15 @@ fn is_big(frame: &Frame) -> bool {
 /// `redis.pcall` (returned as an error table) on a new state.
 fn install_calls(state: &State) -> mlua::Result<()> {
     for (name, raise) in [("call", true), ("pcall", false)] {
-        let private = state.private.clone();
         let f = state.lua.create_function(move |lua, args: MultiValue| {
-            let resp = resp_of(&private);
-            let frame = match command_args(args) {
-                Ok(args) => dispatch_current(&args, resp).unwrap_or_else(|| {
-                    Frame::error("ERR redis.call is only available while a script runs")
-                }),
+            let resp = RESP.get();
+            let frame = match command_args(&args) {
+                Ok(args) => {
+                    let list: SmallVec<[&[u8]; 8]> = args.iter().map(|a| a.bytes()).collect();
+                    dispatch_current(&list, resp).unwrap_or_else(|| {
+                        Frame::error("ERR redis.call is only available while a script runs")
+                    })
+                }
                 Err(text) => Frame::error(text),
             };
             if is_big(&frame) {
@@ -247,10 +257,8 @@ fn run_in(
     // hands the loop over first; the instruction hook sees only what is long in
     // many steps.
     let _big = crate::alloc::before_big_alloc(interrupt::step_aside);
-    let lua = &state.lua;
-    state.globals.raw_set("KEYS", list(lua, inv.keys)?)?;
-    state.globals.raw_set("ARGV", list(lua, inv.argv)?)?;
-    state.private.raw_set("resp", 2)?;
+    set_keys_and_argv(state, inv.keys, inv.argv)?;
+    RESP.set(Resp::Two);
     let _entered = interrupt::enter(inv.running.clone());
     let _dispatch = DispatchSet::start(&mut dispatch);
     // `redis.call` and `redis.pcall` are Rust functions, not Lua wrappers:
@@ -261,38 +269,68 @@ fn run_in(
     let ok = matches!(out.next(), Some(Value::Boolean(true)));
     let value = out.next().unwrap_or(Value::Nil);
     Ok(if ok {
-        lua_to_frame(&value, resp_of(&state.private))
+        lua_to_frame(&value, RESP.get())
     } else {
         let killed = inv.running.killed.load(Relaxed);
         script_error(&value, &inv.script.sha, killed)
     })
 }
 
-fn list(lua: &Lua, items: &[&[u8]]) -> mlua::Result<Table> {
-    let t = lua.create_table_with_capacity(items.len(), 0)?;
-    for (i, item) in items.iter().enumerate() {
-        t.raw_set(i + 1, lua.create_string(item)?)?;
+/// Sets the globals `KEYS` and `ARGV` for a run: new tables each time, as Redis
+/// makes them, since a script may change its own.
+///
+/// Through the C API in one protected call: mlua's `create_string` and
+/// `raw_set` take and free a registry slot for every string, which cost more
+/// than the rest of a short script's setup.
+fn set_keys_and_argv(state: &State, keys: &[&[u8]], argv: &[&[u8]]) -> mlua::Result<()> {
+    if keys.len().max(argv.len()) >= i32::MAX as usize {
+        return Err(mlua::Error::runtime("too many arguments for a Lua table"));
     }
-    Ok(t)
+    // SAFETY: the closure runs as a C function under `lua_pcall`, with the
+    // hidden globals table (a plain table, no metatable) at stack index 1 and
+    // room for the three slots it pushes at a time. A memory error may unwind
+    // it from any `lua_push*`; it owns nothing that needs dropping.
+    unsafe {
+        state.lua.exec_raw::<()>(&state.globals, |l| {
+            for (name, items) in [(c"KEYS", keys), (c"ARGV", argv)] {
+                ffi::lua_pushstring(l, name.as_ptr());
+                ffi::lua_createtable(l, items.len() as i32, 0);
+                for (i, item) in items.iter().enumerate() {
+                    ffi::lua_pushlstring(l, item.as_ptr().cast(), item.len());
+                    ffi::lua_rawseti(l, -2, i as ffi::lua_Integer + 1);
+                }
+                ffi::lua_rawset(l, 1);
+            }
+        })
+    }
 }
 
-fn resp_of(private: &Table) -> Resp {
-    match private.raw_get::<i64>("resp") {
-        Ok(3) => Resp::Three,
-        _ => Resp::Two,
+/// One argument of a `redis.call`: a Lua string's own bytes, or a number as text.
+enum Arg<'v> {
+    Str(BorrowedBytes<'v>),
+    Number(String),
+}
+
+impl Arg<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Arg::Str(s) => s,
+            Arg::Number(n) => n.as_bytes(),
+        }
     }
 }
 
 /// `redis.call`'s arguments as a command: strings, or numbers as Lua prints them.
-fn command_args(args: MultiValue) -> Result<Vec<Bytes>, String> {
+/// The strings are read where Lua keeps them; a command copies what it stores.
+fn command_args(args: &MultiValue) -> Result<SmallVec<[Arg<'_>; 8]>, String> {
     if args.is_empty() {
         return Err("ERR Please specify at least one argument for this redis lib call".into());
     }
-    args.into_iter()
+    args.iter()
         .map(|v| match v {
-            Value::String(s) => Ok(Bytes::copy_from_slice(&s.as_bytes())),
-            Value::Integer(n) => Ok(Bytes::from(number_arg(n as f64))),
-            Value::Number(n) => Ok(Bytes::from(number_arg(n))),
+            Value::String(s) => Ok(Arg::Str(s.as_bytes())),
+            Value::Integer(n) => Ok(Arg::Number(number_arg(*n as f64))),
+            Value::Number(n) => Ok(Arg::Number(number_arg(*n))),
             _ => Err(String::new()),
         })
         .collect::<Result<_, _>>()

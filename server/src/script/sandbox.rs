@@ -16,12 +16,12 @@ use mlua::{Function, Lua, LuaOptions, StdLib, Table, Value};
 use super::{interrupt, libs};
 
 /// Runs once per Lua state. `...` is the real `redis` table (the runtime puts
-/// `call` and `pcall` in it), the runtime's private table (`resp`), the `cjson`
-/// and `bit` tables, the function that turns a failed `redis.call` caught by
-/// `pcall` into its error text (as Redis 7 hands it), whether the script was
-/// killed, and `os`.
+/// `call` and `pcall` in it), the function that records the protocol
+/// `redis.setresp` chose, the `cjson` and `bit` tables, the function that turns
+/// a failed `redis.call` caught by `pcall` into its error text (as Redis 7 hands
+/// it), whether the script was killed, and `os`.
 const PRELUDE: &str = r#"
-local redis, private, cjson, bit, error_text, killed, os = ...
+local redis, set_resp, cjson, bit, error_text, killed, os = ...
 local pairs, ipairs, error, type, tostring = pairs, ipairs, error, type, tostring
 local pcall, xpcall, loadstring, load = pcall, xpcall, loadstring, load
 local concat = table.concat
@@ -88,7 +88,7 @@ hidden.load = function(reader, name)
 end
 redis.setresp = function(n)
   if n ~= 2 and n ~= 3 then error({err = 'ERR RESP version must be 2 or 3.'}, 0) end
-  private.resp = n
+  set_resp(n)
 end
 redis.error_reply = function(s)
   if type(s) ~= 'string' then error({err = 'ERR wrong number or type of arguments'}, 0) end
@@ -142,8 +142,6 @@ pub(super) struct State {
     pub globals: Table,
     /// The real `redis` table, where the runtime puts `call` and `pcall`.
     pub redis: Table,
-    /// The runtime's private table: `resp`, the protocol `redis.setresp` chose.
-    pub private: Table,
     pub xpcall: Function,
 }
 
@@ -160,11 +158,12 @@ pub(super) fn new_state() -> mlua::Result<State> {
         lua.create_function(|_, s: mlua::String| Ok(super::sha1_hex(&s.as_bytes())))?,
     )?;
     redis.raw_set("log", lua.create_function(log)?)?;
-    let private = lua.create_table()?;
-    private.raw_set("resp", 2)?;
     let (globals, xpcall): (Table, Function) = lua.load(PRELUDE).set_name("=relcache").call((
         redis.clone(),
-        private.clone(),
+        lua.create_function(|_, n: i64| {
+            super::runtime::choose_resp(n);
+            Ok(())
+        })?,
         libs::cjson(&lua)?,
         libs::bit(&lua)?,
         lua.create_function(|lua, e: Value| {
@@ -184,7 +183,6 @@ pub(super) fn new_state() -> mlua::Result<State> {
         lua,
         globals,
         redis,
-        private,
         xpcall,
     })
 }
