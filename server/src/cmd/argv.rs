@@ -20,8 +20,9 @@ use smallvec::SmallVec;
 pub struct Argv<'a> {
     list: &'a [&'a [u8]],
     /// Arguments that own their allocation (the decoder's gathered big argument,
-    /// or every argument of a queued or parked command or a script's call),
-    /// which a command may keep as they are.
+    /// or every argument of a queued or parked command), which a command may
+    /// keep as they are. A script's call has none: its arguments are the
+    /// script's Lua strings, borrowed for the call.
     owned: &'a [Bytes],
 }
 

@@ -287,12 +287,14 @@ fn set_keys_and_argv(state: &State, keys: &[&[u8]], argv: &[&[u8]]) -> mlua::Res
         return Err(mlua::Error::runtime("too many arguments for a Lua table"));
     }
     // SAFETY: the closure runs as a C function under `lua_pcall`, with the
-    // hidden globals table (a plain table, no metatable) at stack index 1 and
-    // room for the three slots it pushes at a time. A memory error may unwind
-    // it from any `lua_push*`; it owns nothing that needs dropping.
+    // hidden globals table at stack index 1 and room for the three slots it
+    // pushes at a time. mlua's allocator aborts rather than fail, and a script
+    // cannot give anything a `__gc` (no `newproxy`), so nothing should raise in
+    // here; were something to, the longjmp would skip frames that own nothing
+    // to drop (the loop walks a borrowed array).
     unsafe {
         state.lua.exec_raw::<()>(&state.globals, |l| {
-            for (name, items) in [(c"KEYS", keys), (c"ARGV", argv)] {
+            for &(name, items) in &[(c"KEYS", keys), (c"ARGV", argv)] {
                 ffi::lua_pushstring(l, name.as_ptr());
                 ffi::lua_createtable(l, items.len() as i32, 0);
                 for (i, item) in items.iter().enumerate() {
