@@ -964,3 +964,80 @@ fn a_transaction_is_held_to_the_query_buffer_limit() {
     assert_eq!(exists, 0, "nothing of the cut-off transaction ran");
     canary.check(&s);
 }
+
+/// The threads of the server process, from `/proc`.
+fn threads_of(pid: u32) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a Threads: line in /proc/PID/status")
+}
+
+/// A flood of long work makes at most `loop-max-threads` threads a loop: 16
+/// clients each run a script of 0.1 s of CPU on one loop of at most 8 threads.
+/// Each script past 1 ms hands the loop to one more thread until the loop has 8;
+/// the rest wait their turn on the loop, as in Redis. Every script answers, and
+/// once idle the extra threads end (`SPARE_KEEP`, 10 s), all but the spare the
+/// loop started with.
+#[test]
+fn a_flood_of_long_scripts_is_capped_at_loop_max_threads() {
+    const CAP: usize = 8;
+    const SCRIPTS: usize = 2 * CAP;
+    let s = TestServer::start_with(&["--threads", "1", "--loop-max-threads", &CAP.to_string()]);
+    let pid = s.pid();
+    let mut canary = Canary::new(&s);
+    // The loop starts with two threads: the poller and a spare.
+    let before = threads_of(pid);
+    let script = b"local t = os.clock() while os.clock() - t < 0.1 do end return 1";
+    let mut clients: Vec<TcpStream> = (0..SCRIPTS)
+        .map(|_| {
+            let c = TcpStream::connect(s.addr()).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            c
+        })
+        .collect();
+    for c in &mut clients {
+        c.write_all(&resp_cmd(&[b"EVAL", script, b"0"])).unwrap();
+    }
+    // Sample the thread count until every script has answered.
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while !done.load(Ordering::Relaxed) {
+                peak = peak.max(threads_of(pid));
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            peak
+        })
+    };
+    for c in &mut clients {
+        assert_eq!(read_n(c, 4), b":1\r\n");
+    }
+    done.store(true, Ordering::Relaxed);
+    let peak = sampler.join().unwrap();
+    assert_eq!(
+        peak - before,
+        CAP - 2,
+        "the loop grew from 2 threads to {} (the process from {before} to {peak}), \
+         expected to {CAP}",
+        peak - before + 2
+    );
+    canary.check(&s);
+    // The extra threads end after 10 s idle.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = threads_of(pid);
+        if now <= before {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{now} threads 30 s after the flood ({before} before it)"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

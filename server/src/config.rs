@@ -155,6 +155,9 @@ pub struct Config {
     /// The listen queue of each listener (`tcp-backlog`): connects beyond it wait
     /// for SYN retries, a second or more each.
     pub tcp_backlog: AtomicU64,
+    /// Most threads an event loop has at once, polling, spare or running long
+    /// work it handed the loop over for (`loop-max-threads`; read at start).
+    pub loop_max_threads: AtomicU64,
     pub maxmemory: AtomicU64,
     /// Read only when memory is over the limit, so a lock costs nothing that matters.
     pub maxmemory_policy: RwLock<EvictionPolicy>,
@@ -258,6 +261,7 @@ impl Default for Config {
             requirepass: RwLock::new(None),
             maxclients: AtomicU64::new(10_000),
             tcp_backlog: AtomicU64::new(511),
+            loop_max_threads: AtomicU64::new(64),
             maxmemory: AtomicU64::new(0),
             // A cache evicts by default.
             maxmemory_policy: RwLock::new(EvictionPolicy::AllKeysLru),
@@ -459,6 +463,14 @@ pub static PARAMS: &[Param] = &[
         help: "Listen queue length of each listener (capped by net.core.somaxconn)",
         get: |c| get_u(&c.tcp_backlog),
         set: |c, v| set_u(&c.tcp_backlog, v, 0, i32::MAX as u64),
+    },
+    Param {
+        name: "loop-max-threads",
+        mutable: false,
+        protected: false,
+        help: "Most threads an event loop has at once: past it, long work runs on the thread that polls and the loop's other clients wait, as in Redis",
+        get: |c| get_u(&c.loop_max_threads),
+        set: |c, v| set_u(&c.loop_max_threads, v, 2, 4096),
     },
     Param {
         name: "maxmemory",

@@ -72,6 +72,12 @@ struct Shared {
     stopped_cv: Condvar,
     spares: Mutex<Spares>,
     spares_cv: Condvar,
+    /// Most threads the loop has at once (`loop-max-threads`). Each long command
+    /// running makes one more when none is spare; past this many, the next runs
+    /// on the thread that polls, and the loop's other clients wait for it as
+    /// they would in Redis, rather than a flood of big requests making a thread
+    /// each.
+    max_threads: usize,
 }
 
 /// The loop's threads, and the spares among them: those not polling or busy
@@ -94,11 +100,6 @@ struct Spares {
 /// How long a spare thread beyond the first waits for a hand-over before it
 /// ends (tokio's blocking pool keeps its threads as long).
 const SPARE_KEEP: Duration = Duration::from_secs(10);
-/// Most threads a loop has at once. Each long command running makes one more
-/// when none is spare; past this many, the next runs on the thread that polls,
-/// and the loop's other clients wait for it as they would in Redis, rather than
-/// a flood of big requests making a thread each.
-const MAX_THREADS: usize = 64;
 
 #[derive(Default)]
 struct Inbox {
@@ -253,8 +254,13 @@ thread_local! {
 
 impl EvLoop {
     /// Starts the event loop of core `index`, handing connections that have more
-    /// to wait for to `rt`.
-    pub(crate) fn start(index: usize, rt: tokio::runtime::Handle) -> io::Result<EvLoop> {
+    /// to wait for to `rt`. It starts with two threads (the poller and a spare)
+    /// and grows to at most `max_threads`.
+    pub(crate) fn start(
+        index: usize,
+        rt: tokio::runtime::Handle,
+        max_threads: usize,
+    ) -> io::Result<EvLoop> {
         let poll = Poll::new()?;
         let waker = mio::Waker::new(poll.registry(), WAKE)?;
         let shared = Arc::new(Shared {
@@ -266,6 +272,7 @@ impl EvLoop {
             stopped_cv: Condvar::new(),
             spares: Mutex::new(Spares::default()),
             spares_cv: Condvar::new(),
+            max_threads: max_threads.max(2),
         });
         let poller = Box::new(Poller {
             shared: shared.clone(),
@@ -384,7 +391,7 @@ pub(crate) fn hand_over() -> bool {
     };
     let shared = poller.shared.clone();
     let mut spares = shared.spares.lock();
-    if spares.idle == 0 && spares.threads >= MAX_THREADS {
+    if spares.idle == 0 && spares.threads >= shared.max_threads {
         drop(spares);
         BATON.set(Some(poller));
         return false;

@@ -54,7 +54,8 @@ pub async fn run(
     };
 
     let tracker = TaskTracker::new();
-    let loops = Arc::new(Loops::start(loops)?);
+    let max_threads = server.config.loop_max_threads.load(Relaxed) as usize;
+    let loops = Arc::new(Loops::start(loops, max_threads)?);
     let accepting: Vec<_> = listeners
         .into_iter()
         .map(|l| {

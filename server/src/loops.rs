@@ -62,8 +62,9 @@ impl Drop for Leaving {
 }
 
 impl Loops {
-    /// Starts `n` loops (at least one).
-    pub fn start(n: usize) -> io::Result<Loops> {
+    /// Starts `n` loops (at least one), each of at most `max_threads` threads
+    /// (`loop-max-threads`).
+    pub fn start(n: usize, max_threads: usize) -> io::Result<Loops> {
         let loops = (0..n.max(1))
             .map(|i| {
                 let rt = tokio::runtime::Builder::new_multi_thread()
@@ -71,7 +72,7 @@ impl Loops {
                     .thread_name(format!("relcache-io-{i}"))
                     .enable_all()
                     .build()?;
-                let ev = EvLoop::start(i, rt.handle().clone())?;
+                let ev = EvLoop::start(i, rt.handle().clone(), max_threads)?;
                 Ok(Loop {
                     rt,
                     ev,
