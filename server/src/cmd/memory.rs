@@ -292,8 +292,16 @@ fn memory_malloc_stats(_: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     })
 }
 
+/// Gives the memory freed so far back to the OS, as Redis purges jemalloc's
+/// dirty pages: glibc keeps what small allocations free in its arenas, so after
+/// a FLUSHALL the process stays as big as it was. Frees still queued for the
+/// lazy-free thread are waited for first; both off the loop, since trimming a
+/// heap of gigabytes takes a while.
 fn memory_purge(_: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
-    // The system allocator has no purge call; freed memory is returned as it goes.
+    crate::offload::offload(|| {
+        crate::offload::wait_freed();
+        crate::alloc::purge();
+    });
     Ok(Frame::ok())
 }
 
