@@ -282,7 +282,9 @@ impl EvLoop {
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
         });
+        shared.spares.lock().threads += 1;
         spawn_thread(&shared, Some(poller))?;
+        shared.spares.lock().threads += 1;
         spawn_thread(&shared, None)?;
         Ok(EvLoop { shared })
     }
@@ -313,9 +315,11 @@ impl Shared {
 }
 
 /// Starts a thread of the loop: its poller when given the loop, else a spare.
+/// The caller has counted it in `threads`, under the lock it decided under, so
+/// that two hand-overs cannot both pass the cap; if it cannot start it is
+/// counted out here.
 fn spawn_thread(shared: &Arc<Shared>, poller: Option<Box<Poller>>) -> io::Result<()> {
     let name = format!("relcache-loop-{}", shared.index);
-    shared.spares.lock().threads += 1;
     let counted = shared.clone();
     let spawned = std::thread::Builder::new()
         .name(name)
@@ -331,8 +335,9 @@ fn thread_main(shared: Arc<Shared>, mut poller: Option<Box<Poller>>) {
     let rt = shared.rt.clone();
     let _entered = rt.enter();
     loop {
+        // A spare told to end has been counted out already (`wait_for_loop`).
         let Some(p) = poller.take().or_else(|| wait_for_loop(&shared)) else {
-            break;
+            return;
         };
         let ran = std::panic::catch_unwind(AssertUnwindSafe(|| run(&shared, p)));
         match ran {
@@ -352,7 +357,8 @@ fn thread_main(shared: Arc<Shared>, mut poller: Option<Box<Poller>>) {
 }
 
 /// Waits, as a spare, for the loop to be handed over; `None` once this thread
-/// is to end.
+/// is to end, counted out of `threads` under the same lock as out of `idle`, so
+/// a hand-over never counts a thread on its way out.
 fn wait_for_loop(shared: &Shared) -> Option<Box<Poller>> {
     let mut spares = shared.spares.lock();
     spares.idle += 1;
@@ -364,6 +370,7 @@ fn wait_for_loop(shared: &Shared) -> Option<Box<Poller>> {
         }
         if spares.stop {
             spares.idle -= 1;
+            spares.threads -= 1;
             return None;
         }
         if shared
@@ -374,6 +381,7 @@ fn wait_for_loop(shared: &Shared) -> Option<Box<Poller>> {
         {
             if spares.idle > 1 {
                 spares.idle -= 1;
+                spares.threads -= 1;
                 return None;
             }
             // The last spare stays.
@@ -398,6 +406,10 @@ pub(crate) fn hand_over() -> bool {
     }
     spares.baton = Some(poller);
     let idle = spares.idle;
+    if idle == 0 {
+        // The thread about to be made, counted before the lock goes.
+        spares.threads += 1;
+    }
     drop(spares);
     if idle > 0 {
         shared.spares_cv.notify_one();

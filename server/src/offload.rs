@@ -71,7 +71,10 @@ fn freer() -> &'static Freer {
             .name("relcache-lazyfree".into())
             .spawn(move || {
                 for g in garbage {
-                    drop(g);
+                    // A drop that panicked would end the thread, and whatever
+                    // was queued behind it would never be freed nor its waiters
+                    // (FLUSHALL SYNC, MEMORY PURGE) woken.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(g)));
                     // Only sent to once FREER is set.
                     let f = FREER.get().expect("lazy-free queue");
                     f.counts.lock().1 += 1;
