@@ -15,6 +15,7 @@
 //! global lock. Inside MULTI the script runs under the transaction's locks, which
 //! cover its KEYS only, so undeclared keys are refused there whatever the flags.
 
+use std::borrow::Cow;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -178,10 +179,9 @@ fn evalsha_ro(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
 /// The script with this body, compiled and cached (EVAL caches what it runs, as
 /// Redis does, so EVALSHA finds it afterwards; see [`Origin`] for how long).
 fn cached(server: &Server, body: &[u8], origin: Origin) -> Result<Arc<Script>, CmdError> {
-    let sha = crate::script::body_sha(body);
     // Cached means compiled once without error, so it compiles here too when it
     // first runs on this thread.
-    if let Some(s) = server.scripts.get(&sha) {
+    if let Some(s) = crate::script::with_body_sha(body, |sha| server.scripts.get(sha)) {
         return Ok(s);
     }
     // Cached for good: a copy, not a slice of the read buffer it arrived in.
@@ -195,7 +195,11 @@ fn cached(server: &Server, body: &[u8], origin: Origin) -> Result<Arc<Script>, C
 }
 
 fn by_sha(server: &Server, sha: &[u8]) -> Result<Arc<Script>, CmdError> {
-    let sha = String::from_utf8_lossy(sha).to_ascii_lowercase();
+    // Names are lower-case hex, and clients send them so: no copy for those.
+    let sha = match std::str::from_utf8(sha) {
+        Ok(s) if !s.bytes().any(|b| b.is_ascii_uppercase()) => Cow::Borrowed(s),
+        _ => Cow::Owned(String::from_utf8_lossy(sha).to_ascii_lowercase()),
+    };
     server
         .scripts
         .get(&sha)

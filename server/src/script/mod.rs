@@ -73,34 +73,36 @@ impl Script {
     }
 }
 
-/// Bodies at most this long are remembered by [`body_sha`].
+/// Bodies at most this long are remembered by [`with_body_sha`].
 const NAMED_BODY_MAX: usize = 4096;
-/// How many bodies [`body_sha`] remembers on a thread before it starts over.
+/// How many bodies [`with_body_sha`] remembers on a thread before it starts over.
 const NAMED_BODIES: usize = 64;
 
-/// The SHA1 name of a script body, as [`sha1_hex`], remembered for the bodies
-/// this thread named lately: EVAL names its body on every call, and hashing a
-/// short script cost about as much as running it. A body has one name for good,
-/// so the memo needs no invalidation, only a bound: about 260 KB a thread at
-/// most. Past 64 bodies it starts over, so a client that sends a new body each
-/// time pays a copy and an insert beside the SHA1, small next to the SHA1.
-pub fn body_sha(body: &[u8]) -> String {
+/// Runs `f` on the SHA1 name of a script body, as [`sha1_hex`] makes it,
+/// remembered for the bodies this thread named lately: EVAL names its body on
+/// every call, and hashing a short script cost about as much as running it. A
+/// body has one name for good, so the memo needs no invalidation, only a bound:
+/// about 260 KB a thread at most. Past 64 bodies it starts over, so a client
+/// that sends a new body each time pays a copy and an insert beside the SHA1,
+/// small next to the SHA1. `f` must not name a body itself.
+pub fn with_body_sha<R>(body: &[u8], f: impl FnOnce(&str) -> R) -> R {
     thread_local! {
         static NAMED: RefCell<ahash::HashMap<Box<[u8]>, String>> = RefCell::default();
     }
     if body.len() > NAMED_BODY_MAX {
-        return sha1_hex(body);
+        return f(&sha1_hex(body));
     }
     NAMED.with_borrow_mut(|named| {
         if let Some(sha) = named.get(body) {
-            return sha.clone();
+            return f(sha);
         }
         if named.len() >= NAMED_BODIES {
             named.clear();
         }
         let sha = sha1_hex(body);
-        named.insert(body.into(), sha.clone());
-        sha
+        let r = f(&sha);
+        named.insert(body.into(), sha);
+        r
     })
 }
 
@@ -526,7 +528,7 @@ mod tests {
         // Twice over, so that the second pass meets remembered names and, past
         // the bound, bodies forgotten and named again.
         for body in bodies.iter().chain(&bodies) {
-            assert_eq!(body_sha(body), sha1_hex(body));
+            assert_eq!(with_body_sha(body, str::to_owned), sha1_hex(body));
         }
     }
 
