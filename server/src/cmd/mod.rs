@@ -878,10 +878,7 @@ fn script_gate(
 ) -> Gate {
     use crate::script::Holder;
     let scripts = &server.scripts;
-    // A script's own registration looks at the same holders under its lock; only
-    // queued in MULTI must an EVAL hear BUSY here.
-    let gated_later = spec.has(spec::GATES_ITSELF) && session.multi.is_none();
-    if gated_later || !scripts.any_running() {
+    if !scripts.any_running() {
         return Gate::Go;
     }
     let shards = gate_shards(server, session, spec, args);

@@ -33,11 +33,7 @@ use crate::script::{Holder, Kill, Origin, Running, Script};
 use crate::server::Server;
 use crate::session::Session;
 
-const EVAL_FLAGS: u32 = spec::NOSCRIPT
-    | spec::STALE
-    | spec::SKIP_MONITOR
-    | spec::NO_MANDATORY_KEYS
-    | spec::GATES_ITSELF;
+const EVAL_FLAGS: u32 = spec::NOSCRIPT | spec::STALE | spec::SKIP_MONITOR | spec::NO_MANDATORY_KEYS;
 const SCRIPT_KEYS: Keys = Keys::Counted { at: 2 };
 const EVAL_COMPLEXITY: &str = "Depends on the script that is executed.";
 

@@ -31,10 +31,6 @@ pub const PUBSUB: u32 = 1 << 16;
 /// Behaves as if the client had sent ASKING first (RESTORE-ASKING): in cluster
 /// mode, runs on a slot being imported instead of answering a redirection.
 pub const ASKING: u32 = 1 << 17;
-/// Internal: checks the scripts holding its shards itself, as it registers its
-/// own script (EVAL and its kin, `Scripts::try_start`), so outside MULTI the gate
-/// every other command passes would only look at the same thing twice.
-pub const GATES_ITSELF: u32 = 1 << 26;
 /// Internal, not reported as a flag: a keyspace command in the `@dangerous` ACL
 /// category although not an admin one (RESTORE, RESTORE-ASKING, MIGRATE). Its
 /// categories are `@keyspace` and `@dangerous` whatever its documented group
