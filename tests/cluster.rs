@@ -259,6 +259,11 @@ fn a_slot_moves_with_ask_then_moved_and_the_new_owner_wins_everywhere() {
     // While it moves: a key still here is served here, one already gone is
     // asked for at the target, a mix is TRYAGAIN.
     assert_eq!(src.reply(&["GET", key]), "$4\r\nhere\r\n");
+    // So is a script's, which runs under the locks the move's check took.
+    assert_eq!(
+        src.reply(&["EVAL", "return redis.call('get', KEYS[1])", "1", key]),
+        "$4\r\nhere\r\n"
+    );
     let ask = format!("-ASK {slot} {}\r\n", target.addr());
     assert_eq!(src.reply(&["GET", "{moving}:b"]), ask);
     assert_eq!(

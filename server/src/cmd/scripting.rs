@@ -232,7 +232,11 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], script: &Script, ro: bool
         ));
     }
     let in_exec = ctx.in_exec();
-    let undeclared = !in_exec
+    // A view given to the script holds its declared keys' shards and no others:
+    // EXEC's, or the one a key of a slot being moved was looked for under
+    // (`run_moving`). Its keys are all the script may touch.
+    let given_view = !matches!(ctx.view, ViewSlot::Unlocked);
+    let undeclared = !given_view
         && (script.flags.allow_undeclared_keys
             || server.config.lua_allow_undeclared_keys.load(Relaxed));
     let rules = Rules {
@@ -275,23 +279,26 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], script: &Script, ro: bool
     };
     let running = &registered.running;
     let session = &mut *ctx.session;
-    let exec_view = match &mut ctx.view {
-        ViewSlot::Exec(v) => Some(v),
-        _ => None,
+    // Never locked again if given: the thread holds those locks already, and
+    // taking one twice would wait for itself forever.
+    let given = match &mut ctx.view {
+        ViewSlot::Exec(v) => Some(&mut **v),
+        ViewSlot::Own(v) => Some(v),
+        ViewSlot::Unlocked => None,
     };
+    let mut own = None;
     // Run in place: most scripts take microseconds, less than handing the loop to
     // another thread would cost. One that runs long hands it over from its
     // instruction hook (`script::interrupt`), and its shards, if they must be
     // waited for, are waited for off the loop by the view's own locking.
     let reply = {
-        let mut own;
-        let view: &mut View<'_> = match exec_view {
+        let view: &mut View<'_> = match given {
             Some(v) => v,
-            None => {
-                own = server.db.view(keys, undeclared, mode);
-                own.set_client(session.id());
-                &mut own
-            }
+            None => own.insert({
+                let mut v = server.db.view(keys, undeclared, mode);
+                v.set_client(session.id());
+                v
+            }),
         };
         let inv = Invocation {
             script,
@@ -305,13 +312,14 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], script: &Script, ro: bool
             let cmd = Argv::new(cmd, &[]);
             call(server, session, view, &rules, running, cmd, resp)
         };
-        let reply = runtime::run(&server.scripts, inv, &mut dispatch);
-        if !in_exec {
-            server.absorb_view_stats(view);
-        }
-        reply
+        runtime::run(&server.scripts, inv, &mut dispatch)
     };
-    // Only once its locks are gone, so that whoever it wakes finds its shards free.
+    // A given view's stats are its owner's to take.
+    if let Some(view) = own {
+        server.absorb_view_stats(&view);
+    }
+    // Only once its locks are gone, so that whoever it wakes finds its shards
+    // free (a given view's go with the command, a moment later).
     drop(registered);
     Ok(reply)
 }
