@@ -51,6 +51,7 @@ static ALLOC: relcache_server::alloc::Counting = relcache_server::alloc::Countin
 
 fn main() -> anyhow::Result<()> {
     relcache_server::alloc::mark_installed();
+    relcache_server::alloc::tune_system_allocator();
     let matches = command_line().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let config = Config::default();

@@ -128,6 +128,43 @@ unsafe impl GlobalAlloc for Counting {
     }
 }
 
+/// Blocks below this size come from glibc's arenas, where a freed block is reused in
+/// place, instead of a mapping of their own, which is faulted in page by page again
+/// on every reuse.
+const MMAP_THRESHOLD: i32 = 1 << 20;
+
+/// Free memory at the top of an arena that glibc keeps for reuse rather than hand
+/// back to the OS at once. MEMORY PURGE hands back all of it.
+const TRIM_THRESHOLD: i32 = 4 << 20;
+
+/// Fixes the C allocator's mmap and trim thresholds; the binary calls this at start.
+///
+/// By default glibc raises its mmap threshold to the largest mapped block freed so
+/// far, and hands back the top of an arena once more than twice that is free. A
+/// load's blocks (the request, the parsed ids, the new table and the one it
+/// replaces: a few hundred KB each for 20,000 ids) are freed together, which crosses
+/// that line, so every load gave the same pages back and faulted them in again: a
+/// quarter to a third of a 20,000-id SADD's server CPU, and none of Redis's, whose
+/// jemalloc keeps freed pages for seconds. Fixed thresholds keep up to
+/// [`TRIM_THRESHOLD`] free an arena. A threshold the operator set in
+/// `GLIBC_TUNABLES` is left alone.
+pub fn tune_system_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
+        if tunables.contains("malloc.mmap_threshold") || tunables.contains("malloc.trim_threshold")
+        {
+            return;
+        }
+        // SAFETY: mallopt takes no pointers and only sets glibc's parameters, under
+        // its lock; called at start, before any other thread allocates.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
+        }
+    }
+}
+
 /// Returns the free pages of the C allocator's arenas to the OS (MEMORY PURGE).
 pub fn purge() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -554,15 +554,26 @@ impl Raw {
 /// threads' nanosecond `schedstat` instead loses the time of every thread that
 /// ends in between (tokio's blocking threads come and go).
 pub fn cpu_ns(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
-    // The command name (field 2) may hold spaces: count fields after its ')'.
-    let rest = &stat[stat.rfind(')').expect("stat has (comm)") + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15, i.e. the 12th and 13th after comm.
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // utime and stime are fields 14 and 15.
+    let ticks = stat_field(pid, 14) + stat_field(pid, 15);
     // SAFETY: sysconf reads a constant of the system.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
     ticks * 1_000_000_000 / hz
+}
+
+/// Page faults process `pid` has taken without reading from disk (`minflt`): each
+/// is a page of anonymous memory touched for the first time since it was mapped.
+pub fn minor_faults(pid: u32) -> u64 {
+    stat_field(pid, 10)
+}
+
+/// Numeric field `n` (1-based, as `man 5 proc` numbers them) of `/proc/PID/stat`.
+fn stat_field(pid: u32, n: usize) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // The command name (field 2) may hold spaces: count fields after its ')'.
+    let rest = &stat[stat.rfind(')').expect("stat has (comm)") + 2..];
+    let field = rest.split_whitespace().nth(n - 3).expect("stat field");
+    field.parse().expect("a numeric stat field")
 }
 
 /// Runs `tests/python/<script> <port>` (redis-py checks, as Python users run
