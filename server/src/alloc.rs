@@ -128,14 +128,15 @@ unsafe impl GlobalAlloc for Counting {
     }
 }
 
-/// Blocks below this size come from glibc's arenas, where a freed block is reused in
-/// place, instead of a mapping of their own, which is faulted in page by page again
-/// on every reuse.
-const MMAP_THRESHOLD: i32 = 1 << 20;
+/// Blocks below this size (a table of about 380,000 ids) come from glibc's arenas,
+/// where a freed block is reused in place, instead of a mapping of their own, which
+/// is faulted in page by page again on every reuse.
+const MMAP_THRESHOLD: i32 = 4 << 20;
 
 /// Free memory at the top of an arena that glibc keeps for reuse rather than hand
-/// back to the OS at once. MEMORY PURGE hands back all of it.
-const TRIM_THRESHOLD: i32 = 4 << 20;
+/// back to the OS at once: room for the blocks of a load of 200,000 ids, freed
+/// together. MEMORY PURGE hands back all of it.
+const TRIM_THRESHOLD: i32 = 16 << 20;
 
 /// Fixes the C allocator's mmap and trim thresholds; the binary calls this at start.
 ///
