@@ -51,7 +51,6 @@ static ALLOC: relcache_server::alloc::Counting = relcache_server::alloc::Countin
 
 fn main() -> anyhow::Result<()> {
     relcache_server::alloc::mark_installed();
-    relcache_server::alloc::tune_system_allocator();
     let matches = command_line().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let config = Config::default();
@@ -92,6 +91,8 @@ fn main() -> anyhow::Result<()> {
             tracing::warn!(error = %e, "cannot change the log level");
         }
     });
+    // Before the loops start; after the log, which reports a refusal.
+    relcache_server::alloc::tune_system_allocator();
 
     // Clients are served by loops of their own, one per thread (`--threads`);
     // this runtime accepts their connections and runs the cluster bus.

@@ -69,7 +69,10 @@ impl Value {
 
 /// Values of this many heap bytes and more are freed off the loop: a free this
 /// size costs a few hundred microseconds at most (unmapping is ~0.5 µs a page
-/// here), while handing one to another thread costs a few microseconds.
+/// here), while handing one to another thread costs a few microseconds. Below 32
+/// MB a block is not mapped on its own (`alloc::tune_system_allocator`) and its free
+/// is cheap, unless it takes its arena's free top past 64 MB and the arena is
+/// trimmed; freeing those off the loop costs little, and keeps that trim off it too.
 pub const LAZY_FREE_MIN: usize = 1 << 20;
 
 /// A key's entry in its shard.
