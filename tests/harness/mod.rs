@@ -554,8 +554,9 @@ impl Raw {
 /// threads' nanosecond `schedstat` instead loses the time of every thread that
 /// ends in between (tokio's blocking threads come and go).
 pub fn cpu_ns(pid: u32) -> u64 {
-    // utime and stime are fields 14 and 15.
-    let ticks = stat_field(pid, 14) + stat_field(pid, 15);
+    // utime and stime are fields 14 and 15, read from one snapshot.
+    let [utime, stime] = stat_fields(pid, [14, 15]);
+    let ticks = utime + stime;
     // SAFETY: sysconf reads a constant of the system.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
     ticks * 1_000_000_000 / hz
@@ -564,16 +565,17 @@ pub fn cpu_ns(pid: u32) -> u64 {
 /// Page faults process `pid` has taken without reading from disk (`minflt`): each
 /// is a page of anonymous memory touched for the first time since it was mapped.
 pub fn minor_faults(pid: u32) -> u64 {
-    stat_field(pid, 10)
+    let [minflt] = stat_fields(pid, [10]);
+    minflt
 }
 
-/// Numeric field `n` (1-based, as `man 5 proc` numbers them) of `/proc/PID/stat`.
-fn stat_field(pid: u32, n: usize) -> u64 {
+/// Numeric fields of one read of `/proc/PID/stat`, numbered from 1 as `man 5 proc`
+/// numbers them (from 3 on: the command name, field 2, may hold spaces).
+fn stat_fields<const N: usize>(pid: u32, fields: [usize; N]) -> [u64; N] {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
-    // The command name (field 2) may hold spaces: count fields after its ')'.
     let rest = &stat[stat.rfind(')').expect("stat has (comm)") + 2..];
-    let field = rest.split_whitespace().nth(n - 3).expect("stat field");
-    field.parse().expect("a numeric stat field")
+    let values: Vec<&str> = rest.split_whitespace().collect();
+    fields.map(|n| values[n - 3].parse().expect("a numeric stat field"))
 }
 
 /// Runs `tests/python/<script> <port>` (redis-py checks, as Python users run
