@@ -144,6 +144,51 @@ fn contains(c: &mut Criterion) {
     group.finish();
 }
 
+/// What IDSET.MEXISTSBIN does: 100 ids, half of them members, in random order, looked
+/// up in one table of 2,000 ids, the reply a bitmap. `warm`: one of 8 tables (they
+/// stay in L2); `cold`: one of 4,000 (90 MB), so each batch starts with its table out
+/// of cache, as a server's would under many users.
+fn batch(c: &mut Criterion) {
+    const BATCH: usize = 100;
+    const N: usize = 2_000;
+    let mut group = c.benchmark_group("batch");
+    group.throughput(Throughput::Elements(BATCH as u64));
+    for (kind, tables) in [("warm", 8), ("cold", 4_000)] {
+        let mut rng = Rng(13);
+        let cases: Vec<(Vec<u8>, Vec<u64>)> = (0..tables)
+            .map(|_| {
+                let members: Vec<u64> = (0..N).map(|_| rng.id()).collect();
+                let mut ids: Vec<u64> = (0..BATCH)
+                    .map(|i| {
+                        if i % 2 == 0 {
+                            members[rng.below(N)]
+                        } else {
+                            rng.id()
+                        }
+                    })
+                    .collect();
+                for i in (1..BATCH).rev() {
+                    ids.swap(i, rng.below(i + 1));
+                }
+                (Builder::new().build(&members), ids)
+            })
+            .collect();
+        let mut next = cycle(cases.len());
+        group.bench_function(BenchmarkId::new(format!("{BATCH}of{N}"), kind), |b| {
+            b.iter(|| {
+                let (bytes, ids) = &cases[next()];
+                let table = TableRef::open(black_box(bytes)).unwrap();
+                let mut bitmap = [0u8; BATCH.div_ceil(8)];
+                for (i, &id) in ids.iter().enumerate() {
+                    bitmap[i / 8] |= u8::from(table.contains(id)) << (i % 8);
+                }
+                bitmap
+            });
+        });
+    }
+    group.finish();
+}
+
 /// A remove and a re-insert of a member, in place: the SREM + SADD path without the
 /// server. The re-insert reuses the tombstone the remove left.
 fn update(c: &mut Criterion) {
@@ -173,5 +218,5 @@ fn update(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, build, validate_bench, contains, update);
+criterion_group!(benches, build, validate_bench, contains, batch, update);
 criterion_main!(benches);
