@@ -882,22 +882,21 @@ fn script_gate(
         return Gate::Go;
     }
     let shards = gate_shards(server, session, spec, args);
-    // Subscribed before looking, so a script that ends in between still wakes it.
-    let wake = scripts.on_end();
     let ms = server.config.busy_reply_threshold.load(Relaxed);
-    match scripts.holder(session.id(), shards.as_deref(), Duration::from_millis(ms)) {
-        Holder::Free => Gate::Go,
+    let Err(held) = scripts.holder(session.id(), shards.as_deref(), Duration::from_millis(ms))
+    else {
+        return Gate::Go;
+    };
+    let busy_at = match held.standing {
         // Commands allowed while busy (UNWATCH, DISCARD …) still need their shards.
-        Holder::Busy if !spec.has(spec::ALLOW_BUSY) => Gate::Busy,
-        Holder::Busy => Gate::Wait(Wait {
-            deadline: resumed,
-            ..script_wait(wake, Instant::now())
-        }),
-        Holder::Running { busy_at } => Gate::Wait(Wait {
-            deadline: resumed,
-            ..script_wait(wake, busy_at)
-        }),
-    }
+        Holder::Busy if !spec.has(spec::ALLOW_BUSY) => return Gate::Busy,
+        Holder::Running { busy_at } => busy_at,
+        Holder::Busy | Holder::Free => Instant::now(),
+    };
+    Gate::Wait(Wait {
+        deadline: resumed,
+        ..script_wait(held.wake, busy_at)
+    })
 }
 
 /// Parks until a script ends, or until `busy_at`; looked at again at least every

@@ -29,7 +29,7 @@ use crate::db::{LockMode, View};
 use crate::error::{CmdError, CmdResult};
 use crate::script::convert::Resp;
 use crate::script::runtime::{self, Invocation};
-use crate::script::{Holder, Kill, Origin, Running, Script};
+use crate::script::{Held, Holder, Kill, Origin, Running, Script};
 use crate::server::Server;
 use crate::session::Session;
 
@@ -257,21 +257,18 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], script: &Script, ro: bool
     });
     // Registered before its shards are locked: a command that finds them taken
     // then waits parked, or hears BUSY, instead of queueing on the lock.
-    let wake = server.scripts.on_end();
     let threshold = Duration::from_millis(server.config.busy_reply_threshold.load(Relaxed));
     let registered = match server
         .scripts
         .try_start(ctx.session.id(), shards, threshold)
     {
-        Ok(registered) => {
-            // Nothing to wait for, and a receiver alive makes every script's end
-            // wake the channel (`Scripts::finish`).
-            drop(wake);
-            registered
-        }
+        Ok(registered) => registered,
         // Inside EXEC nothing may wait (the transaction holds its locks); EXEC
         // waited for these shards, so this is a script that started since.
-        Err(Holder::Running { busy_at }) if !in_exec => {
+        Err(Held {
+            standing: Holder::Running { busy_at },
+            wake,
+        }) if !in_exec => {
             ctx.park(super::script_wait(wake, busy_at));
             return Ok(Frame::Null);
         }

@@ -167,18 +167,16 @@ fn shutdown(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     } else {
         // Saving would wait for the shards a script holds: wait for it as other
         // commands do, and past `busy-reply-threshold` answer BUSY, as Redis does.
-        let wake = server.scripts.on_end();
         let ms = server.config.busy_reply_threshold.load(Relaxed);
-        match server
+        if let Err(held) = server
             .scripts
             .holder(ctx.session.id(), None, Duration::from_millis(ms))
         {
-            Holder::Free => {}
-            Holder::Busy => return Err(CmdError::Busy),
-            Holder::Running { busy_at } => {
-                ctx.park(super::script_wait(wake, busy_at));
-                return Ok(Frame::Null);
-            }
+            let Holder::Running { busy_at } = held.standing else {
+                return Err(CmdError::Busy);
+            };
+            ctx.park(super::script_wait(held.wake, busy_at));
+            return Ok(Frame::Null);
         }
     }
     let policy = !server.config.save_policy.read().is_empty();

@@ -194,6 +194,19 @@ pub enum Holder {
     Busy,
 }
 
+/// Another client's script holds a shard a command needs: whether the command
+/// waits or is answered BUSY, and what wakes it.
+#[derive(Debug)]
+pub struct Held {
+    /// [`Holder::Running`] or [`Holder::Busy`], never [`Holder::Free`].
+    pub standing: Holder,
+    /// Fires when a script ends. Subscribed under the lock the running scripts
+    /// were read under, so no end after that read can be missed; and only here,
+    /// where a command must wait, so that a script's end wakes the channel only
+    /// when someone waits on it (see [`Scripts::finish`]).
+    pub wake: tokio::sync::watch::Receiver<()>,
+}
+
 /// What SCRIPT KILL found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Kill {
@@ -339,11 +352,16 @@ impl Scripts {
         client: u64,
         shards: Option<Vec<usize>>,
         threshold: Duration,
-    ) -> Result<Registered<'_>, Holder> {
+    ) -> Result<Registered<'_>, Held> {
         let mut running = self.running.lock();
         match standing(&running, client, shards.as_deref(), threshold) {
             Holder::Free => {}
-            held => return Err(held),
+            standing => {
+                return Err(Held {
+                    standing,
+                    wake: self.ended.subscribe(),
+                })
+            }
         }
         let r = Arc::new(Running {
             client,
@@ -365,10 +383,10 @@ impl Scripts {
         running.retain(|x| !Arc::ptr_eq(x, r));
         self.active.store(running.len(), Relaxed);
         drop(running);
-        // Whoever may wait for this script subscribed before it looked at the
-        // running scripts (`on_end`), so before this one was removed above: with
-        // no receiver now, nobody waits, and the wake-up (a walk over the
-        // channel's waiter lists) is skipped.
+        // Whoever waits for this script subscribed under the lock while this one
+        // was still listed ([`Held::wake`]), so before the lock above: with no
+        // receiver now, nobody waits, and the wake-up (a walk over the channel's
+        // waiter lists) is skipped.
         if self.ended.receiver_count() > 0 {
             self.ended.send_replace(());
         }
@@ -376,21 +394,28 @@ impl Scripts {
 
     /// Whether a command of `client` touching `shards` (`None`: every shard) may
     /// run, given the scripts of other clients holding those shards.
-    pub fn holder(&self, client: u64, shards: Option<&[usize]>, threshold: Duration) -> Holder {
+    pub fn holder(
+        &self,
+        client: u64,
+        shards: Option<&[usize]>,
+        threshold: Duration,
+    ) -> Result<(), Held> {
         if self.active.load(Relaxed) == 0 {
-            return Holder::Free;
+            return Ok(());
         }
-        standing(&self.running.lock(), client, shards, threshold)
+        let running = self.running.lock();
+        match standing(&running, client, shards, threshold) {
+            Holder::Free => Ok(()),
+            standing => Err(Held {
+                standing,
+                wake: self.ended.subscribe(),
+            }),
+        }
     }
 
     /// Whether any script runs now.
     pub fn any_running(&self) -> bool {
         self.active.load(Relaxed) != 0
-    }
-
-    /// Fires when a script ends after this call.
-    pub fn on_end(&self) -> tokio::sync::watch::Receiver<()> {
-        self.ended.subscribe()
     }
 
     /// SCRIPT KILL: stops every running script, unless one has written.
@@ -539,26 +564,35 @@ mod tests {
         let reg = s.try_start(1, Some(vec![3]), hour).unwrap();
         let r = reg.running.clone();
         let zero = Duration::ZERO;
-        assert_eq!(s.holder(2, Some(&[3]), zero), Holder::Busy);
-        assert_eq!(s.holder(2, None, zero), Holder::Busy);
-        assert_eq!(s.holder(2, Some(&[4]), zero), Holder::Free);
-        assert_eq!(s.holder(1, Some(&[3]), zero), Holder::Free);
+        let standing = |held: Result<(), Held>| held.err().map(|h| h.standing);
+        assert_eq!(standing(s.holder(2, Some(&[3]), zero)), Some(Holder::Busy));
+        assert_eq!(standing(s.holder(2, None, zero)), Some(Holder::Busy));
+        assert_eq!(standing(s.holder(2, Some(&[4]), zero)), None);
+        assert_eq!(standing(s.holder(1, Some(&[3]), zero)), None);
         let busy_at = r.started + hour;
-        assert_eq!(s.holder(2, Some(&[3]), hour), Holder::Running { busy_at });
+        let held = s.holder(2, Some(&[3]), hour).unwrap_err();
+        assert_eq!(held.standing, Holder::Running { busy_at });
         // A second script on a held shard is not registered; on another one it is.
         assert_eq!(
-            s.try_start(2, Some(vec![3, 5]), hour).err(),
+            s.try_start(2, Some(vec![3, 5]), hour)
+                .err()
+                .map(|h| h.standing),
             Some(Holder::Running { busy_at })
         );
-        assert!(matches!(s.try_start(2, None, zero), Err(Holder::Busy)));
+        assert!(matches!(
+            s.try_start(2, None, zero),
+            Err(Held {
+                standing: Holder::Busy,
+                ..
+            })
+        ));
         drop(s.try_start(2, Some(vec![5]), hour).unwrap());
-        let ended = s.on_end();
         assert_eq!(s.kill(), Kill::Killed);
         assert!(r.killed.load(Relaxed));
         s.finish(&r);
         assert!(
-            ended.has_changed().unwrap(),
-            "a script's end wakes its waiters"
+            held.wake.has_changed().unwrap(),
+            "a script's end wakes those it held"
         );
         assert_eq!(s.kill(), Kill::NotBusy);
     }
