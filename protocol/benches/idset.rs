@@ -145,15 +145,22 @@ fn contains(c: &mut Criterion) {
 }
 
 /// What IDSET.MEXISTSBIN does: 100 ids, half of them members, in random order, looked
-/// up in one table of 2,000 ids, the reply a bitmap. `warm`: one of 8 tables (they
-/// stay in L2); `cold`: one of 4,000 (90 MB), so each batch starts with its table out
-/// of cache, as a server's would under many users.
+/// up in one table of 2,000 ids, the reply a bitmap, after `TableRef::prefetch_for`
+/// as the server does (the `-no-prefetch` pair without it). `warm`: one of 8 tables
+/// (they stay in L2); `cold`: one of 4,000 (90 MB), so each batch starts with its
+/// table out of cache, as a server's would under many users.
 fn batch(c: &mut Criterion) {
     const BATCH: usize = 100;
     const N: usize = 2_000;
     let mut group = c.benchmark_group("batch");
     group.throughput(Throughput::Elements(BATCH as u64));
-    for (kind, tables) in [("warm", 8), ("cold", 4_000)] {
+    let kinds = [
+        ("warm", 8, true),
+        ("cold", 4_000, true),
+        ("warm-no-prefetch", 8, false),
+        ("cold-no-prefetch", 4_000, false),
+    ];
+    for (kind, tables, prefetch) in kinds {
         let mut rng = Rng(13);
         let cases: Vec<(Vec<u8>, Vec<u64>)> = (0..tables)
             .map(|_| {
@@ -178,6 +185,9 @@ fn batch(c: &mut Criterion) {
             b.iter(|| {
                 let (bytes, ids) = &cases[next()];
                 let table = TableRef::open(black_box(bytes)).unwrap();
+                if prefetch {
+                    table.prefetch_for(ids.len());
+                }
                 let mut bitmap = [0u8; BATCH.div_ceil(8)];
                 for (i, &id) in ids.iter().enumerate() {
                     bitmap[i / 8] |= u8::from(table.contains(id)) << (i % 8);

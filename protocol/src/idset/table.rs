@@ -178,6 +178,13 @@ fn contains_in_slots(bytes: &[u8], capacity: u32, seed: u64, id: u64) -> bool {
     false
 }
 
+/// How many of a table's cache lines a lookup may stand for before
+/// [`TableRef::prefetch_for`] declines: 100 lookups read about 250 slots, which
+/// in a table of 400 lines fall in about half of them.
+const PREFETCH_LINES_PER_LOOKUP: usize = 4;
+
+const CACHE_LINE: usize = 64;
+
 /// The flag bit that stands for `id` in the header, if `id` is a marker value.
 #[inline]
 pub(crate) fn flag_for(id: u64) -> Option<u8> {
@@ -330,6 +337,34 @@ impl<'a> TableRef<'a> {
         match flag_for(id) {
             Some(bit) => self.header.flags & bit != 0,
             None => contains_in_slots(self.bytes, self.header.capacity, self.header.seed, id),
+        }
+    }
+
+    /// Asks the CPU to bring the table into cache ahead of `lookups` lookups, when
+    /// they would read a good share of its cache lines anyway; otherwise does
+    /// nothing.
+    ///
+    /// A lookup reads two or three slots, each in a random cache line, and each
+    /// read must come back before the lookup knows whether to read on: in a table
+    /// out of cache, a batch's lookups wait on memory one read after another.
+    /// Asked for all at once, the lines come in together, and a run of adjacent
+    /// lines is what the memory system fetches fastest. For 100 lookups in a table
+    /// of 2,000 ids (340 lines) it takes a fifth off the batch out of cache and
+    /// adds a quarter of a microsecond in cache, where the prefetches are wasted
+    /// instructions (`cargo bench -p relcache-protocol --bench idset -- batch`).
+    /// Past [`PREFETCH_LINES_PER_LOOKUP`] lines a lookup, fetching the lines no
+    /// lookup reads would cost more than the waits it saves.
+    #[inline]
+    pub fn prefetch_for(&self, lookups: usize) {
+        if self.bytes.len() > lookups.saturating_mul(PREFETCH_LINES_PER_LOOKUP * CACHE_LINE) {
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        for line in self.bytes.chunks(CACHE_LINE) {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            // SAFETY: a prefetch is a hint: it reads nothing the program sees and
+            // cannot fault, and the address is inside the slice in any case.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
         }
     }
 

@@ -316,6 +316,7 @@ fn mexists(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
         return Ok(Frame::NullArray);
     };
     let table = e.value().as_idset()?.table();
+    table.prefetch_for(ids.len());
     Ok(Frame::Integers(
         ids.iter()
             .map(|&id| i64::from(table.contains(id)))
@@ -351,6 +352,7 @@ fn mexistsbin(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
 /// Bit i (byte i/8, least significant bit first) says whether the i-th packed id
 /// is in `table`.
 fn bitmap(table: TableRef<'_>, packed: Packed<'_>) -> CmdResult {
+    table.prefetch_for(packed.len());
     let mut bitmap = vec![0u8; packed.len().div_ceil(8)];
     for (i, id) in packed.enumerate() {
         if table.contains(id) {

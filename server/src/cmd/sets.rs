@@ -335,6 +335,7 @@ fn smismember(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
         None => vec![0; ids.len()],
         Some(e) => {
             let table = e.value().as_idset()?.table();
+            table.prefetch_for(ids.len());
             ids.iter()
                 .map(|&id| i64::from(id.is_some_and(|id| table.contains(id))))
                 .collect()
