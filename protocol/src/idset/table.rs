@@ -352,8 +352,9 @@ impl<'a> TableRef<'a> {
     /// of 2,000 ids (340 lines) it takes a fifth off the batch out of cache and
     /// adds a quarter of a microsecond in cache, where the prefetches are wasted
     /// instructions (`cargo bench -p relcache-protocol --bench idset -- batch`).
-    /// Past [`PREFETCH_LINES_PER_LOOKUP`] lines a lookup, fetching the lines no
-    /// lookup reads would cost more than the waits it saves.
+    /// Past [`PREFETCH_LINES_PER_LOOKUP`] lines a lookup, most of the lines fetched
+    /// would go unread, so bigger tables are left to the lookups themselves. Does
+    /// nothing on other architectures than x86-64.
     #[inline]
     pub fn prefetch_for(&self, lookups: usize) {
         if self.bytes.len() > lookups.saturating_mul(PREFETCH_LINES_PER_LOOKUP * CACHE_LINE) {
