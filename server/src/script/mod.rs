@@ -201,9 +201,10 @@ pub struct Held {
     /// [`Holder::Running`] or [`Holder::Busy`], never [`Holder::Free`].
     pub standing: Holder,
     /// Fires when a script ends. Subscribed under the lock the running scripts
-    /// were read under, so no end after that read can be missed; and only here,
-    /// where a command must wait, so that a script's end wakes the channel only
-    /// when someone waits on it (see [`Scripts::finish`]).
+    /// were read under, so no end after that read can be missed; and only when a
+    /// script holds the command (which then waits, or is answered BUSY and drops
+    /// this), so that a script's end wakes the channel only when someone may wait
+    /// on it (see [`Scripts::finish`]).
     pub wake: tokio::sync::watch::Receiver<()>,
 }
 
