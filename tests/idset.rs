@@ -625,10 +625,18 @@ proptest! {
                     prop_assert_eq!(r, want);
                     let bitmap: Option<Vec<u8>> = redis::cmd("IDSET.MEXISTSBIN").arg(&key).arg(packed(&ids)).query(&mut con).unwrap();
                     if let (Some(b), Some(m)) = (bitmap, &model) {
-                        for (i, id) in ids.iter().enumerate() {
-                            prop_assert_eq!(b[i / 8] >> (i % 8) & 1 == 1, m.contains(id));
+                        prop_assert_eq!(b.len(), ids.len().div_ceil(8));
+                        for i in 0..b.len() * 8 {
+                            let hit = ids.get(i).is_some_and(|id| m.contains(id));
+                            prop_assert_eq!(b[i / 8] >> (i % 8) & 1 == 1, hit, "bit {}", i);
                         }
                     }
+                    // The same through SMISMEMBER, a member that is no id in the middle.
+                    let mid = ids.len() / 2;
+                    let r: Vec<i64> = redis::cmd("SMISMEMBER").arg(&key).arg(&ids[..mid]).arg("x").arg(&ids[mid..]).query(&mut con).unwrap();
+                    let mut want: Vec<i64> = ids.iter().map(|i| model.as_ref().is_some_and(|m| m.contains(i)) as i64).collect();
+                    want.insert(mid, 0);
+                    prop_assert_eq!(r, want);
                 }
                 Op::Members => {
                     let r: Option<Vec<String>> = redis::cmd("IDSET.MEMBERS").arg(&key).query(&mut con).unwrap();

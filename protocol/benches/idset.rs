@@ -145,8 +145,9 @@ fn contains(c: &mut Criterion) {
 }
 
 /// What IDSET.MEXISTSBIN does: 100 ids, half of them members, in random order, looked
-/// up in one table of 2,000 ids, the reply a bitmap, after `TableRef::prefetch_for`
-/// as the server does (the `-no-prefetch` pair without it). `warm`: one of 8 such
+/// up in one table of 2,000 ids with `TableRef::contains_masks`, the reply a bitmap,
+/// after `TableRef::prefetch_for` as the server does (the `-no-prefetch` pair
+/// without it; `-one-by-one`, each id on its own with `TableRef::contains`). `warm`: one of 8 such
 /// tables (they stay in L2); `cold`: one of 16,000 (350 MB, past the last-level
 /// cache of the hosts measured), so each batch starts with its table in memory, as
 /// a server's would under many users. Each batch's own 100 ids are out of cache
@@ -157,13 +158,15 @@ fn batch(c: &mut Criterion) {
     const N: usize = 2_000;
     let mut group = c.benchmark_group("batch");
     group.throughput(Throughput::Elements(BATCH as u64));
-    let kinds = [
-        ("warm", 8, true),
-        ("cold", 16_000, true),
-        ("warm-no-prefetch", 8, false),
-        ("cold-no-prefetch", 16_000, false),
-    ];
-    for (kind, tables, prefetch) in kinds {
+    let mut kinds = Vec::new();
+    for (heat, tables) in [("warm", 8), ("cold", 16_000)] {
+        for (prefetch, p) in [(true, ""), (false, "-no-prefetch")] {
+            for (masked, m) in [(true, ""), (false, "-one-by-one")] {
+                kinds.push((format!("{heat}{m}{p}"), tables, prefetch, masked));
+            }
+        }
+    }
+    for (kind, tables, prefetch, masked) in kinds {
         let mut rng = Rng(13);
         let cases: Vec<(Vec<u8>, Vec<u64>)> = (0..tables)
             .map(|_| {
@@ -192,8 +195,15 @@ fn batch(c: &mut Criterion) {
                     table.prefetch_for(ids.len());
                 }
                 let mut bitmap = [0u8; BATCH.div_ceil(8)];
-                for (i, &id) in ids.iter().enumerate() {
-                    bitmap[i / 8] |= u8::from(table.contains(id)) << (i % 8);
+                if masked {
+                    let masks = table.contains_masks(ids.iter().copied());
+                    for (out, mask) in bitmap.chunks_mut(8).zip(masks) {
+                        out.copy_from_slice(&mask.to_le_bytes()[..out.len()]);
+                    }
+                } else {
+                    for (i, &id) in ids.iter().enumerate() {
+                        bitmap[i / 8] |= u8::from(table.contains(id)) << (i % 8);
+                    }
                 }
                 bitmap
             });

@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use relcache_protocol::idset::{
     capacity_for, check, hash, probe_limit, rebuild, rebuild_with, start_and_step, validate,
     Builder, Check, Full, Header, TableMut, TableRef, DEFAULT_MAX_LOAD, DEFAULT_SEED, DELETED,
-    EMPTY, HEADER_LEN, MAGIC, MAX_PROBE, SLOT_LEN,
+    EMPTY, HEADER_LEN, MAGIC, MASK_IDS, MAX_PROBE, SLOT_LEN,
 };
 
 /// Ids biased to the two marker values, small values (duplicates and, in small tables,
@@ -84,12 +84,56 @@ fn check_bound(table: &TableRef<'_>, absent: impl IntoIterator<Item = u64>) {
     }
 }
 
+/// The batch lookups answer `ids` as `contains` does one id at a time, whatever the
+/// table's bytes: `contains_each` in order, and `contains_masks` a bit per id, a
+/// mask per 64, with no bit set past the last id.
+fn check_batch(table: &TableRef<'_>, ids: &[u64]) {
+    let one_by_one: Vec<bool> = ids.iter().map(|&id| table.contains(id)).collect();
+    let each: Vec<bool> = table.contains_each(ids.iter().copied()).collect();
+    assert_eq!(each, one_by_one, "contains_each({ids:?})");
+    let masks: Vec<u64> = table.contains_masks(ids.iter().copied()).collect();
+    assert_eq!(
+        masks.len(),
+        ids.len().div_ceil(MASK_IDS),
+        "masks for {} ids",
+        ids.len()
+    );
+    for (k, (&mask, chunk)) in masks.iter().zip(one_by_one.chunks(MASK_IDS)).enumerate() {
+        let want = chunk
+            .iter()
+            .enumerate()
+            .fold(0u64, |m, (i, &hit)| m | u64::from(hit) << i);
+        assert_eq!(mask, want, "mask {k} of {ids:?}");
+    }
+}
+
+/// Members, absent ids and the markers interleaved, cut at lengths either side of a
+/// mask's 64 ids.
+fn check_batches(table: &TableRef<'_>) {
+    let members: Vec<u64> = table.iter().collect();
+    let absent = [1, 2, 3, 47, u64::MAX - 1, 1 << 40, 0x1234_5678_9abc];
+    let mut ids = Vec::new();
+    for k in 0..150 {
+        ids.push(match k % 3 {
+            0 | 1 if !members.is_empty() => members[k * 7 % members.len()],
+            _ => absent[k % absent.len()] ^ (k as u64 >> 3),
+        });
+        if k % 40 == 0 {
+            ids.extend([0, u64::MAX]);
+        }
+    }
+    for len in [0, 1, 63, 64, 65, 128, 129, ids.len()] {
+        check_batch(table, &ids[..len.min(ids.len())]);
+    }
+}
+
 /// Checks what any table the validator accepts must satisfy, against `model` if given.
 fn check_set(table: TableRef<'_>, model: Option<&HashSet<u64>>) {
     check_bound(
         &table,
         [1, 2, 3, 47, u64::MAX - 1, 1 << 40, 0x1234_5678_9abc],
     );
+    check_batches(&table);
     let members: Vec<u64> = table.iter().collect();
     let distinct: HashSet<u64> = members.iter().copied().collect();
     assert_eq!(distinct.len(), members.len(), "iter yields an id twice");
@@ -375,6 +419,7 @@ fn exercise_unvalidated(bytes: &mut [u8]) {
     for id in [0, 1, 2, 3, 7, 11, u64::MAX, 1 << 63] {
         let _ = table.contains(id);
     }
+    check_batches(&table);
     if let Ok(rebuilt) = rebuild(&table, 1) {
         validate(&rebuilt).expect("a rebuild is always valid");
     }

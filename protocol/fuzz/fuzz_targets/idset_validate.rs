@@ -6,7 +6,8 @@
 //! `MAX_PROBE` slots of its probe sequence, stays valid through in-place inserts and
 //! removes (whose return values agree with a model; a `Full` insert is rebuilt with
 //! the id), and rebuilds to a valid table with the same members; on bytes that pass
-//! only the header check, every operation is still panic-free. The levels of `check`
+//! only the header check, every operation is still panic-free, and a batch lookup
+//! answers as the lookups one at a time do. The levels of `check`
 //! nest (what `Full` accepts `Sample` accepts, and `Structure` what `Sample` does), and
 //! a table with only its structure proven keeps it through updates. Input that is not a
 //! table is also read as little-endian ids to build: the builder's output must
@@ -42,7 +43,15 @@ fn check_set(table: TableRef<'_>) -> HashSet<u64> {
     for &id in &members {
         assert!(table.contains(id));
     }
+    assert!(table.contains_each(members.iter().copied()).all(|hit| hit));
     set
+}
+
+/// The batch lookup answers as `contains` does one id at a time, on any bytes.
+fn check_batch(table: &TableRef<'_>, ids: &[u64]) {
+    assert!(table
+        .contains_each(ids.iter().copied())
+        .eq(ids.iter().map(|&id| table.contains(id))));
 }
 
 /// Ids to update with: some from the input, plus the markers and small values.
@@ -102,6 +111,9 @@ fuzz_target!(|data: &[u8]| {
                 for id in op_ids(data) {
                     let _ = table.contains(id);
                 }
+                let members: Vec<u64> = table.iter().take(100).collect();
+                check_batch(&table, &members);
+                check_batch(&table, &op_ids(data));
                 if let Ok(rebuilt) = rebuild(&table, 0) {
                     validate(&rebuilt).expect("a rebuild is valid");
                 }

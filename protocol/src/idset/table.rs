@@ -10,6 +10,7 @@
 //! not build or validate yourself.
 
 use std::fmt;
+use std::hint::select_unpredictable;
 use std::slice::ChunksExact;
 
 use super::hash::{hash, start_and_step};
@@ -178,6 +179,29 @@ fn contains_in_slots(bytes: &[u8], capacity: u32, seed: u64, id: u64) -> bool {
     false
 }
 
+/// How many reads of each lookup [`TableRef::contains_mask`] makes in lock step.
+/// At the format's load of about 0.74, just under half the lookups of a batch
+/// (half of them members) end on their first read and nearly two in three by
+/// their second. One round was a little faster in cache and slower out of it,
+/// three no better than two (`cargo bench -p relcache-protocol --bench idset --
+/// batch`).
+pub const LOCKSTEP_READS: u32 = 2;
+
+/// The slot after `slot` in a probe sequence of `step` over `cap` slots (both
+/// below `cap`, whose sum fits a `u64` whatever the capacity).
+#[inline]
+fn next_slot(slot: u32, step: u32, cap: u32) -> u32 {
+    let (next, cap) = (u64::from(slot) + u64::from(step), u64::from(cap));
+    // Whether the sequence wraps is a coin toss for a step near half the table.
+    select_unpredictable(next >= cap, next.wrapping_sub(cap), next) as u32
+}
+
+/// Fills `chunk` from `ids` as far as both go; returns how many it took.
+fn fill_chunk(chunk: &mut [u64; MASK_IDS], ids: &mut impl Iterator<Item = u64>) -> usize {
+    // `chunk` first: the zip stops at a full chunk without taking an id.
+    chunk.iter_mut().zip(ids).map(|(c, id)| *c = id).count()
+}
+
 /// How many of a table's cache lines a lookup may stand for before
 /// [`TableRef::prefetch_for`] declines: 100 lookups read about 250 slots, which
 /// in a table of 400 lines fall in about half of them.
@@ -189,6 +213,9 @@ const PREFETCH_LINES_PER_LOOKUP: usize = 4;
 const PREFETCH_MAX_BYTES: usize = 64 * 1024;
 
 const CACHE_LINE: usize = 64;
+
+/// The most ids [`TableRef::contains_mask`] looks up at once: a bit each in a `u64`.
+pub const MASK_IDS: usize = 64;
 
 /// The flag bit that stands for `id` in the header, if `id` is a marker value.
 #[inline]
@@ -343,6 +370,135 @@ impl<'a> TableRef<'a> {
             Some(bit) => self.header.flags & bit != 0,
             None => contains_in_slots(self.bytes, self.header.capacity, self.header.seed, id),
         }
+    }
+
+    /// Whether each of `ids` is a member, as bit `i` of the result for `ids[i]`: the
+    /// answers of [`contains`](Self::contains) for up to [`MASK_IDS`] ids at once.
+    ///
+    /// A lookup on its own branches on every slot it reads (the id, an empty slot,
+    /// or read on), and at the format's load no predictor can learn which: each
+    /// miss throws away what the core had started on the lookups after it, so in a
+    /// table out of cache their reads wait one behind another. Here every lookup
+    /// makes its first [`LOCKSTEP_READS`] reads in lock step with the others, a
+    /// round of reads at a time with no branch on what they find, so a round's
+    /// reads overlap in the core and in the memory system. Nearly two lookups in
+    /// three end within them; the rest go on one at a time, since rounds of a few
+    /// stragglers cost more in their own overhead than they save. Every lookup
+    /// reads exactly the slots, and gives exactly the answer, it would alone.
+    ///
+    /// # Panics
+    ///
+    /// If `ids` holds more than [`MASK_IDS`] ids.
+    #[must_use]
+    pub fn contains_mask(&self, ids: &[u64]) -> u64 {
+        assert!(ids.len() <= MASK_IDS, "at most {MASK_IDS} ids a mask");
+        let (cap, seed) = (self.header.capacity, self.header.seed);
+        let mut found = 0u64;
+        // Bit i: the lookup of ids[i] is still going. Kept in a register rather
+        // than as a list in memory: a list compacted as it goes is stored to at
+        // places that depend on the slots just read, and the core then holds the
+        // loads after each store back until those reads are in.
+        let mut going = 0u64;
+        // Indexed by `i & (MASK_IDS - 1)`, which needs no bounds check.
+        let mut want = [0u64; MASK_IDS];
+        let mut slot = [0u32; MASK_IDS];
+        let mut step = [0u32; MASK_IDS];
+        // The first round, with working out where each lookup starts: every slot id
+        // takes part, so the lookups go in order and need no bit scan.
+        let mut bit = 1u64;
+        for (i, &id) in ids.iter().enumerate() {
+            match flag_for(id) {
+                Some(flag) => found |= select_unpredictable(self.header.flags & flag != 0, bit, 0),
+                None => {
+                    let (first, stride) = start_and_step(hash(id, seed), cap);
+                    let v = read_slot(self.bytes, u64::from(first));
+                    // Selects, never branches: what was read decides them.
+                    found |= select_unpredictable(v == id, bit, 0);
+                    going |= select_unpredictable((v == id) | (v == EMPTY), 0, bit);
+                    want[i & (MASK_IDS - 1)] = id;
+                    slot[i & (MASK_IDS - 1)] = next_slot(first, stride, cap);
+                    step[i & (MASK_IDS - 1)] = stride;
+                }
+            }
+            bit <<= 1;
+        }
+        // Every capacity is at least MIN_CAPACITY, so the bound allows a first read.
+        let limit = probe_limit(cap);
+        let rounds = limit.min(LOCKSTEP_READS);
+        for _ in 1..rounds {
+            let mut left = going;
+            while left != 0 {
+                // Bit i itself rather than shifts by i: x86-64's baseline shift by
+                // a register is three micro-ops.
+                let bit = left & left.wrapping_neg();
+                left ^= bit;
+                let i = bit.trailing_zeros() as usize & (MASK_IDS - 1);
+                let v = read_slot(self.bytes, u64::from(slot[i]));
+                let hit = v == want[i];
+                found |= select_unpredictable(hit, bit, 0);
+                // Bit i is set in `going`: this clears it if the lookup ends here.
+                going ^= select_unpredictable(hit | (v == EMPTY), bit, 0);
+                slot[i] = next_slot(slot[i], step[i], cap);
+            }
+        }
+        let mut left = going;
+        while left != 0 {
+            let i = left.trailing_zeros() as usize & (MASK_IDS - 1);
+            left &= left - 1;
+            for _ in rounds..limit {
+                let v = read_slot(self.bytes, u64::from(slot[i]));
+                if v == want[i] {
+                    found |= 1 << i;
+                    break;
+                }
+                if v == EMPTY {
+                    break;
+                }
+                slot[i] = next_slot(slot[i], step[i], cap);
+            }
+        }
+        found
+    }
+
+    /// [`contains_mask`](Self::contains_mask) over any number of ids: a mask for
+    /// each [`MASK_IDS`] of them in turn (the last one for what is left).
+    pub fn contains_masks<I>(self, ids: I) -> impl Iterator<Item = u64> + 'a
+    where
+        I: IntoIterator<Item = u64>,
+        I::IntoIter: 'a,
+    {
+        let mut ids = ids.into_iter();
+        std::iter::from_fn(move || {
+            let mut chunk = [0u64; MASK_IDS];
+            let n = fill_chunk(&mut chunk, &mut ids);
+            (n > 0).then(|| self.contains_mask(&chunk[..n]))
+        })
+    }
+
+    /// Whether each of `ids` is a member, in order: the answers of
+    /// [`contains`](Self::contains), looked up [`MASK_IDS`] at a time as
+    /// [`contains_mask`](Self::contains_mask) does.
+    pub fn contains_each<I>(self, ids: I) -> impl Iterator<Item = bool> + 'a
+    where
+        I: IntoIterator<Item = u64>,
+        I::IntoIter: 'a,
+    {
+        let mut ids = ids.into_iter();
+        let (mut mask, mut left) = (0u64, 0usize);
+        std::iter::from_fn(move || {
+            if left == 0 {
+                let mut chunk = [0u64; MASK_IDS];
+                left = fill_chunk(&mut chunk, &mut ids);
+                if left == 0 {
+                    return None;
+                }
+                mask = self.contains_mask(&chunk[..left]);
+            }
+            left -= 1;
+            let hit = mask & 1 == 1;
+            mask >>= 1;
+            Some(hit)
+        })
     }
 
     /// Asks the CPU to bring the table into cache ahead of `lookups` lookups, when

@@ -318,8 +318,9 @@ fn mexists(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let table = e.value().as_idset()?.table();
     table.prefetch_for(ids.len());
     Ok(Frame::Integers(
-        ids.iter()
-            .map(|&id| i64::from(table.contains(id)))
+        table
+            .contains_each(ids.iter().copied())
+            .map(i64::from)
             .collect(),
     ))
 }
@@ -354,10 +355,9 @@ fn mexistsbin(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
 fn bitmap(table: TableRef<'_>, packed: Packed<'_>) -> CmdResult {
     table.prefetch_for(packed.len());
     let mut bitmap = vec![0u8; packed.len().div_ceil(8)];
-    for (i, id) in packed.enumerate() {
-        if table.contains(id) {
-            bitmap[i / 8] |= 1 << (i % 8);
-        }
+    // A mask's bit i is byte i / 8's bit i % 8 in little-endian order.
+    for (out, mask) in bitmap.chunks_mut(8).zip(table.contains_masks(packed)) {
+        out.copy_from_slice(&mask.to_le_bytes()[..out.len()]);
     }
     Ok(Frame::Bulk(bitmap.into()))
 }

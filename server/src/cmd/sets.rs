@@ -336,8 +336,11 @@ fn smismember(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
         Some(e) => {
             let table = e.value().as_idset()?.table();
             table.prefetch_for(ids.len());
-            ids.iter()
-                .map(|&id| i64::from(id.is_some_and(|id| table.contains(id))))
+            // A member that is not an id is looked up as 0 and its answer dropped.
+            table
+                .contains_each(ids.iter().map(|id| id.unwrap_or(0)))
+                .zip(ids)
+                .map(|(hit, id)| i64::from(hit && id.is_some()))
                 .collect()
         }
     };
