@@ -196,6 +196,46 @@ fn next_slot(slot: u32, step: u32, cap: u32) -> u32 {
     select_unpredictable(next >= cap, next.wrapping_sub(cap), next) as u32
 }
 
+/// The answers of [`TableRef::contains_each`].
+pub struct Each<'a, I> {
+    table: TableRef<'a>,
+    ids: I,
+    /// The answers not yet given of the chunk looked up last, lowest bit next.
+    mask: u64,
+    /// How many of those there are.
+    left: usize,
+}
+
+impl<I: Iterator<Item = u64>> Iterator for Each<'_, I> {
+    type Item = bool;
+
+    #[inline]
+    fn next(&mut self) -> Option<bool> {
+        if self.left == 0 {
+            let mut chunk = [0u64; MASK_IDS];
+            self.left = fill_chunk(&mut chunk, &mut self.ids);
+            if self.left == 0 {
+                return None;
+            }
+            self.mask = self.table.contains_mask(&chunk[..self.left]);
+        }
+        self.left -= 1;
+        let hit = self.mask & 1 == 1;
+        self.mask >>= 1;
+        Some(hit)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let (lo, hi) = self.ids.size_hint();
+        (
+            lo.saturating_add(self.left),
+            hi.and_then(|hi| hi.checked_add(self.left)),
+        )
+    }
+}
+
+impl<I: ExactSizeIterator<Item = u64>> ExactSizeIterator for Each<'_, I> {}
+
 /// Fills `chunk` from `ids` as far as both go; returns how many it took.
 fn fill_chunk(chunk: &mut [u64; MASK_IDS], ids: &mut impl Iterator<Item = u64>) -> usize {
     // `chunk` first: the zip stops at a full chunk without taking an id.
@@ -477,28 +517,15 @@ impl<'a> TableRef<'a> {
 
     /// Whether each of `ids` is a member, in order: the answers of
     /// [`contains`](Self::contains), looked up [`MASK_IDS`] at a time as
-    /// [`contains_mask`](Self::contains_mask) does.
-    pub fn contains_each<I>(self, ids: I) -> impl Iterator<Item = bool> + 'a
-    where
-        I: IntoIterator<Item = u64>,
-        I::IntoIter: 'a,
-    {
-        let mut ids = ids.into_iter();
-        let (mut mask, mut left) = (0u64, 0usize);
-        std::iter::from_fn(move || {
-            if left == 0 {
-                let mut chunk = [0u64; MASK_IDS];
-                left = fill_chunk(&mut chunk, &mut ids);
-                if left == 0 {
-                    return None;
-                }
-                mask = self.contains_mask(&chunk[..left]);
-            }
-            left -= 1;
-            let hit = mask & 1 == 1;
-            mask >>= 1;
-            Some(hit)
-        })
+    /// [`contains_mask`](Self::contains_mask) does. As long as `ids` says how many
+    /// it holds, so does the result, and a `collect` allocates once.
+    pub fn contains_each<I: IntoIterator<Item = u64>>(self, ids: I) -> Each<'a, I::IntoIter> {
+        Each {
+            table: self,
+            ids: ids.into_iter(),
+            mask: 0,
+            left: 0,
+        }
     }
 
     /// Asks the CPU to bring the table into cache ahead of `lookups` lookups, when
