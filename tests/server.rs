@@ -519,8 +519,8 @@ fn memory_purge_gives_flushed_memory_back_to_the_os() {
 /// the OS and the next load faulted them in again: about 290 page faults a
 /// 20,000-id SADD, by hand. With the thresholds fixed at start
 /// (`alloc::tune_system_allocator`) they are reused, and a hundred loads fault in
-/// next to nothing.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+/// next to nothing. Gated as the tuning is: 64-bit glibc only.
+#[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
 #[test]
 fn repeated_big_loads_reuse_freed_memory() {
     let srv = TestServer::start();

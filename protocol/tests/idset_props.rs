@@ -92,7 +92,11 @@ fn check_batch(table: &TableRef<'_>, ids: &[u64]) {
     let mut answers = table.contains_each(ids.iter().copied());
     assert_eq!(answers.len(), ids.len());
     let first = answers.next();
-    assert_eq!(answers.len(), ids.len().saturating_sub(1), "after one answer");
+    assert_eq!(
+        answers.len(),
+        ids.len().saturating_sub(1),
+        "after one answer"
+    );
     let each: Vec<bool> = first.into_iter().chain(answers).collect();
     assert_eq!(each, one_by_one, "contains_each({ids:?})");
     let masks: Vec<u64> = table.contains_masks(ids.iter().copied()).collect();
