@@ -146,8 +146,10 @@ fn contains(c: &mut Criterion) {
 
 /// What IDSET.MEXISTSBIN does: 100 ids, half of them members, in random order, looked
 /// up in one table of 2,000 ids with `TableRef::contains_masks`, the reply a bitmap,
-/// after `TableRef::prefetch_for` as the server does (the `-no-prefetch` pair
-/// without it; `-one-by-one`, each id on its own with `TableRef::contains`). `warm`: one of 8 such
+/// after `TableRef::prefetch_for` as the server does. Each of `warm` and `cold`
+/// comes in four: as the server does it, `-one-by-one` (each id on its own with
+/// `TableRef::contains`, the server's loop until 2e94e90, which earlier figures
+/// under the plain names measured), and both `-no-prefetch`. `warm`: one of 8 such
 /// tables (they stay in L2); `cold`: one of 16,000 (350 MB, past the last-level
 /// cache of the hosts measured), so each batch starts with its table in memory, as
 /// a server's would under many users. Each batch's own 100 ids are out of cache

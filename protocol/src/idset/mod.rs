@@ -96,7 +96,7 @@ pub use build::{capacity_for, rebuild, rebuild_with, Builder, TooLarge};
 pub use hash::{fastrange, hash, mix, start_and_step};
 pub use packed::{unpack, Packed, RaggedPacked, PACKED_ID_LEN};
 pub use prime::{is_prime, next_prime};
-pub use table::{Each, Full, Header, Iter, Slots, TableMut, TableRef, LOCKSTEP_READS, MASK_IDS};
+pub use table::{ContainsEach, Full, Header, Iter, Slots, TableMut, TableRef, MASK_IDS};
 pub use validate::{
     check, looks_like_table, validate, validate_mut, Check, FormatError, SAMPLE_SLOTS,
 };

@@ -181,23 +181,29 @@ fn contains_in_slots(bytes: &[u8], capacity: u32, seed: u64, id: u64) -> bool {
 
 /// How many reads of each lookup [`TableRef::contains_mask`] makes in lock step.
 /// At the format's load of about 0.74, just under half the lookups of a batch
-/// (half of them members) end on their first read and nearly two in three by
-/// their second. One round was a little faster in cache and slower out of it,
-/// three no better than two (`cargo bench -p relcache-protocol --bench idset --
-/// batch`).
-pub const LOCKSTEP_READS: u32 = 2;
+/// (half of them members) end on their first read and about five in eight by
+/// their second. In `cargo bench -p relcache-protocol --bench idset -- batch`, one
+/// round was about 6% faster in cache and 5% slower out of it; three were 3%
+/// slower in cache and 5% faster out of it, inside two rounds' own spread.
+pub(crate) const LOCKSTEP_READS: u32 = 2;
+
+// The first read is fused with working out where each lookup starts, so the
+// lock step makes at least that one, and the reads after it add up to the bound.
+const _: () = assert!(LOCKSTEP_READS >= 1);
 
 /// The slot after `slot` in a probe sequence of `step` over `cap` slots (both
 /// below `cap`, whose sum fits a `u64` whatever the capacity).
 #[inline]
 fn next_slot(slot: u32, step: u32, cap: u32) -> u32 {
     let (next, cap) = (u64::from(slot) + u64::from(step), u64::from(cap));
-    // Whether the sequence wraps is a coin toss for a step near half the table.
+    // Whether the sequence wraps depends on the random step: no predictor learns it.
     select_unpredictable(next >= cap, next.wrapping_sub(cap), next) as u32
 }
 
 /// The answers of [`TableRef::contains_each`].
-pub struct Each<'a, I> {
+#[derive(Clone, Debug)]
+#[must_use = "iterators are lazy and do nothing unless consumed"]
+pub struct ContainsEach<'a, I> {
     table: TableRef<'a>,
     ids: I,
     /// The answers not yet given of the chunk looked up last, lowest bit next.
@@ -206,7 +212,7 @@ pub struct Each<'a, I> {
     left: usize,
 }
 
-impl<I: Iterator<Item = u64>> Iterator for Each<'_, I> {
+impl<I: Iterator<Item = u64>> Iterator for ContainsEach<'_, I> {
     type Item = bool;
 
     #[inline]
@@ -234,7 +240,9 @@ impl<I: Iterator<Item = u64>> Iterator for Each<'_, I> {
     }
 }
 
-impl<I: ExactSizeIterator<Item = u64>> ExactSizeIterator for Each<'_, I> {}
+impl<I: ExactSizeIterator<Item = u64>> ExactSizeIterator for ContainsEach<'_, I> {}
+
+impl<I: std::iter::FusedIterator<Item = u64>> std::iter::FusedIterator for ContainsEach<'_, I> {}
 
 /// Fills `chunk` from `ids` as far as both go; returns how many it took.
 fn fill_chunk(chunk: &mut [u64; MASK_IDS], ids: &mut impl Iterator<Item = u64>) -> usize {
@@ -419,12 +427,12 @@ impl<'a> TableRef<'a> {
     /// or read on), and at the format's load no predictor can learn which: each
     /// miss throws away what the core had started on the lookups after it, so in a
     /// table out of cache their reads wait one behind another. Here every lookup
-    /// makes its first [`LOCKSTEP_READS`] reads in lock step with the others, a
-    /// round of reads at a time with no branch on what they find, so a round's
-    /// reads overlap in the core and in the memory system. Nearly two lookups in
-    /// three end within them; the rest go on one at a time, since rounds of a few
-    /// stragglers cost more in their own overhead than they save. Every lookup
-    /// reads exactly the slots, and gives exactly the answer, it would alone.
+    /// makes its first two reads in lock step with the others, a round of reads at
+    /// a time with no branch on what they find, so a round's reads overlap in the
+    /// core and in the memory system. About five lookups in eight end within them;
+    /// the rest go on one at a time, since rounds of a few stragglers cost more in
+    /// their own overhead than they save. Every lookup reads exactly the slots, and
+    /// gives exactly the answer, it would alone.
     ///
     /// # Panics
     ///
@@ -448,7 +456,9 @@ impl<'a> TableRef<'a> {
         let mut bit = 1u64;
         for (i, &id) in ids.iter().enumerate() {
             match flag_for(id) {
-                Some(flag) => found |= select_unpredictable(self.header.flags & flag != 0, bit, 0),
+                // The same header flag for the whole batch: a branch predicts it.
+                Some(flag) if self.header.flags & flag != 0 => found |= bit,
+                Some(_) => {}
                 None => {
                     let (first, stride) = start_and_step(hash(id, seed), cap);
                     let v = read_slot(self.bytes, u64::from(first));
@@ -468,8 +478,8 @@ impl<'a> TableRef<'a> {
         for _ in 1..rounds {
             let mut left = going;
             while left != 0 {
-                // Bit i itself rather than shifts by i: x86-64's baseline shift by
-                // a register is three micro-ops.
+                // Bit i itself rather than shifts by i: on Intel cores x86-64's
+                // baseline shift by a register is three micro-ops.
                 let bit = left & left.wrapping_neg();
                 left ^= bit;
                 let i = bit.trailing_zeros() as usize & (MASK_IDS - 1);
@@ -488,7 +498,7 @@ impl<'a> TableRef<'a> {
             for _ in rounds..limit {
                 let v = read_slot(self.bytes, u64::from(slot[i]));
                 if v == want[i] {
-                    found |= 1 << i;
+                    found |= 1u64 << i;
                     break;
                 }
                 if v == EMPTY {
@@ -502,16 +512,16 @@ impl<'a> TableRef<'a> {
 
     /// [`contains_mask`](Self::contains_mask) over any number of ids: a mask for
     /// each [`MASK_IDS`] of them in turn (the last one for what is left).
-    pub fn contains_masks<I>(self, ids: I) -> impl Iterator<Item = u64> + 'a
+    pub fn contains_masks<I>(&self, ids: I) -> impl Iterator<Item = u64> + 'a
     where
         I: IntoIterator<Item = u64>,
         I::IntoIter: 'a,
     {
-        let mut ids = ids.into_iter();
+        let (table, mut ids) = (*self, ids.into_iter());
         std::iter::from_fn(move || {
             let mut chunk = [0u64; MASK_IDS];
             let n = fill_chunk(&mut chunk, &mut ids);
-            (n > 0).then(|| self.contains_mask(&chunk[..n]))
+            (n > 0).then(|| table.contains_mask(&chunk[..n]))
         })
     }
 
@@ -519,9 +529,12 @@ impl<'a> TableRef<'a> {
     /// [`contains`](Self::contains), looked up [`MASK_IDS`] at a time as
     /// [`contains_mask`](Self::contains_mask) does. As long as `ids` says how many
     /// it holds, so does the result, and a `collect` allocates once.
-    pub fn contains_each<I: IntoIterator<Item = u64>>(self, ids: I) -> Each<'a, I::IntoIter> {
-        Each {
-            table: self,
+    pub fn contains_each<I: IntoIterator<Item = u64>>(
+        &self,
+        ids: I,
+    ) -> ContainsEach<'a, I::IntoIter> {
+        ContainsEach {
+            table: *self,
             ids: ids.into_iter(),
             mask: 0,
             left: 0,
