@@ -223,7 +223,7 @@ impl<I: Iterator<Item = u64>> Iterator for ContainsEach<'_, I> {
             if self.left == 0 {
                 return None;
             }
-            self.mask = self.table.contains_mask(&chunk[..self.left]);
+            self.mask = self.table.chunk_mask(&chunk, self.left);
         }
         self.left -= 1;
         let hit = self.mask & 1 == 1;
@@ -440,6 +440,15 @@ impl<'a> TableRef<'a> {
     #[must_use]
     pub fn contains_mask(&self, ids: &[u64]) -> u64 {
         assert!(ids.len() <= MASK_IDS, "at most {MASK_IDS} ids a mask");
+        let mut chunk = [0u64; MASK_IDS];
+        chunk[..ids.len()].copy_from_slice(ids);
+        self.chunk_mask(&chunk, ids.len())
+    }
+
+    /// [`contains_mask`](Self::contains_mask) of `want[..n]`, from a whole chunk
+    /// (indexed by `i & (MASK_IDS - 1)`, which needs no bounds check).
+    #[inline]
+    fn chunk_mask(&self, want: &[u64; MASK_IDS], n: usize) -> u64 {
         let (cap, seed) = (self.header.capacity, self.header.seed);
         let mut found = 0u64;
         // Bit i: the lookup of ids[i] is still going. Kept in a register rather
@@ -447,14 +456,12 @@ impl<'a> TableRef<'a> {
         // places that depend on the slots just read, and the core then holds the
         // loads after each store back until those reads are in.
         let mut going = 0u64;
-        // Indexed by `i & (MASK_IDS - 1)`, which needs no bounds check.
-        let mut want = [0u64; MASK_IDS];
         let mut slot = [0u32; MASK_IDS];
         let mut step = [0u32; MASK_IDS];
         // The first round, with working out where each lookup starts: every slot id
         // takes part, so the lookups go in order and need no bit scan.
         let mut bit = 1u64;
-        for (i, &id) in ids.iter().enumerate() {
+        for (i, &id) in want[..n].iter().enumerate() {
             match flag_for(id) {
                 // The same header flag for the whole batch: a branch predicts it.
                 Some(flag) if self.header.flags & flag != 0 => found |= bit,
@@ -465,7 +472,6 @@ impl<'a> TableRef<'a> {
                     // Selects, never branches: what was read decides them.
                     found |= select_unpredictable(v == id, bit, 0);
                     going |= select_unpredictable((v == id) | (v == EMPTY), 0, bit);
-                    want[i & (MASK_IDS - 1)] = id;
                     slot[i & (MASK_IDS - 1)] = next_slot(first, stride, cap);
                     step[i & (MASK_IDS - 1)] = stride;
                 }
@@ -521,7 +527,7 @@ impl<'a> TableRef<'a> {
         std::iter::from_fn(move || {
             let mut chunk = [0u64; MASK_IDS];
             let n = fill_chunk(&mut chunk, &mut ids);
-            (n > 0).then(|| table.contains_mask(&chunk[..n]))
+            (n > 0).then(|| table.chunk_mask(&chunk, n))
         })
     }
 
