@@ -451,7 +451,7 @@ impl<'a> TableRef<'a> {
     fn chunk_mask(&self, want: &[u64; MASK_IDS], n: usize) -> u64 {
         let (cap, seed) = (self.header.capacity, self.header.seed);
         let mut found = 0u64;
-        // Bit i: the lookup of ids[i] is still going. Kept in a register rather
+        // Bit i: the lookup of want[i] is still going. Kept in a register rather
         // than as a list in memory: a list compacted as it goes is stored to at
         // places that depend on the slots just read, and the core then holds the
         // loads after each store back until those reads are in.
