@@ -603,7 +603,7 @@ impl Relations {
     ///
     /// As [`is_following`](Self::is_following).
     pub async fn which_followed(&self, a: u64, ids: &[u64]) -> Result<Vec<bool>, RelationError> {
-        let each = |t: TableRef<'_>| ids.iter().map(|&id| t.contains(id)).collect();
+        let each = |t: TableRef<'_>| t.contains_each(ids.iter().copied()).collect();
         if let Some(answer) = self.local_read(a, each).await {
             return Ok(answer);
         }
@@ -1028,7 +1028,7 @@ impl Relations {
 /// answer it.
 fn contains_each(table: &[u8], ids: &[u64]) -> Vec<bool> {
     let table = TableRef::open(table).expect("a freshly built table is valid");
-    ids.iter().map(|&id| table.contains(id)).collect()
+    table.contains_each(ids.iter().copied()).collect()
 }
 
 /// The EXEC reply of `EXISTS a b` + `SINTER a b`: the intersection, ascending, if
