@@ -517,13 +517,15 @@ impl<'a> TableRef<'a> {
     }
 
     /// [`contains_mask`](Self::contains_mask) over any number of ids: a mask for
-    /// each [`MASK_IDS`] of them in turn (the last one for what is left).
+    /// each [`MASK_IDS`] of them in turn (the last one for what is left), after
+    /// [`prefetch_for`](Self::prefetch_for) as many lookups as `ids` says it holds.
     pub fn contains_masks<I>(&self, ids: I) -> impl Iterator<Item = u64> + 'a
     where
         I: IntoIterator<Item = u64>,
         I::IntoIter: 'a,
     {
         let (table, mut ids) = (*self, ids.into_iter());
+        table.prefetch_for(ids.size_hint().0);
         std::iter::from_fn(move || {
             let mut chunk = [0u64; MASK_IDS];
             let n = fill_chunk(&mut chunk, &mut ids);
@@ -533,15 +535,19 @@ impl<'a> TableRef<'a> {
 
     /// Whether each of `ids` is a member, in order: the answers of
     /// [`contains`](Self::contains), looked up [`MASK_IDS`] at a time as
-    /// [`contains_mask`](Self::contains_mask) does. As long as `ids` says how many
-    /// it holds, so does the result, and a `collect` allocates once.
+    /// [`contains_mask`](Self::contains_mask) does, after
+    /// [`prefetch_for`](Self::prefetch_for) as many lookups as `ids` says it holds.
+    /// As long as `ids` says how many it holds, so does the result, and a `collect`
+    /// allocates once.
     pub fn contains_each<I: IntoIterator<Item = u64>>(
         &self,
         ids: I,
     ) -> ContainsEach<'a, I::IntoIter> {
+        let ids = ids.into_iter();
+        self.prefetch_for(ids.size_hint().0);
         ContainsEach {
             table: *self,
-            ids: ids.into_iter(),
+            ids,
             mask: 0,
             left: 0,
         }

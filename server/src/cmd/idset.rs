@@ -316,7 +316,6 @@ fn mexists(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
         return Ok(Frame::NullArray);
     };
     let table = e.value().as_idset()?.table();
-    table.prefetch_for(ids.len());
     Ok(Frame::Integers(
         table
             .contains_each(ids.iter().copied())
@@ -353,7 +352,6 @@ fn mexistsbin(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
 /// Bit i (byte i/8, least significant bit first) says whether the i-th packed id
 /// is in `table`.
 fn bitmap(table: TableRef<'_>, packed: Packed<'_>) -> CmdResult {
-    table.prefetch_for(packed.len());
     let mut bitmap = vec![0u8; packed.len().div_ceil(8)];
     // A mask's bit i is byte i / 8's bit i % 8 in little-endian order.
     for (out, mask) in bitmap.chunks_mut(8).zip(table.contains_masks(packed)) {

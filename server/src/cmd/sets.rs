@@ -335,7 +335,6 @@ fn smismember(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
         None => vec![0; ids.len()],
         Some(e) => {
             let table = e.value().as_idset()?.table();
-            table.prefetch_for(ids.len());
             // A member that is not an id is looked up as 0 and its answer dropped.
             table
                 .contains_each(ids.iter().map(|id| id.unwrap_or(0)))
