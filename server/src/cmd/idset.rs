@@ -316,12 +316,10 @@ fn mexists(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
         return Ok(Frame::NullArray);
     };
     let table = e.value().as_idset()?.table();
-    Ok(Frame::Integers(
-        table
-            .contains_each(ids.iter().copied())
-            .map(i64::from)
-            .collect(),
-    ))
+    Ok(Frame::Integers(setcore::mask_flags(
+        table.contains_masks(ids.iter().copied()),
+        ids.len(),
+    )))
 }
 
 /// IDSET.MEXISTSBIN key packed-ids [LEASE [PX ms] [BLOCK ms]]

@@ -9,14 +9,15 @@
 //!   creating a set, and applying a change, sequenced or not, which drops a set that
 //!   a late sequenced change reached ([`add`], [`insert`], [`create`], [`apply`]);
 //! - the scan: options, the pager over slot positions, and the reply ([`ScanOpts`],
-//!   [`scan_page`], [`scan_reply`]).
+//!   [`scan_page`], [`scan_reply`]);
+//! - a batch check's 0/1 answers, from the lookups' masks ([`mask_flags`]).
 //!
 //! The stored value itself (a table, its growth, its sequence number) is
 //! [`IdSet`], in storage; what is here needs the command context: the view and its
 //! locks, the offload of big rebuilds, the server's counters. A family never calls
 //! the other; both call this.
 
-use relcache_protocol::idset::TableRef;
+use relcache_protocol::idset::{TableRef, MASK_IDS};
 use relcache_protocol::resp::Frame;
 
 use super::ids::{id_frame, member_frames};
@@ -29,6 +30,22 @@ use crate::stats::Counter;
 /// An add of more ids than this that may create its key builds the new table
 /// before taking the lock (see [`add`]).
 const SPECULATIVE_BUILD_MIN: usize = 64;
+
+// ---- Batch membership. ----
+
+/// The 0/1 answers of `n` membership checks, from the masks of
+/// [`TableRef::contains_masks`] (bit i of a mask answers for its i-th id, a mask
+/// answering for up to [`MASK_IDS`] ids, the last for the rest of `n`): written
+/// from each mask in turn, a shift and a store an answer, not a call for each.
+pub(super) fn mask_flags(masks: impl IntoIterator<Item = u64>, n: usize) -> Vec<i64> {
+    let mut out = Vec::with_capacity(n);
+    for mask in masks {
+        let k = (n - out.len()).min(MASK_IDS);
+        out.extend((0..k).map(|i| ((mask >> i) & 1) as i64));
+    }
+    debug_assert_eq!(out.len(), n, "a mask for every {MASK_IDS} answers");
+    out
+}
 
 // ---- Writes. ----
 
