@@ -69,12 +69,12 @@ pub async fn run(
     tracing::info!("shutting down: closing connections");
     tracker.close();
     // A script that never ends would hold its connection, and so the exit, forever.
-    server.scripts.kill_all();
+    server.scripts.running.kill_all();
     while tokio::time::timeout(Duration::from_millis(100), tracker.wait())
         .await
         .is_err()
     {
-        server.scripts.kill_all();
+        server.scripts.running.kill_all();
     }
     if let Ok(loops) = Arc::try_unwrap(loops) {
         let _ = tokio::task::spawn_blocking(move || loops.shutdown()).await;

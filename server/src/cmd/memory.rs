@@ -134,7 +134,7 @@ fn expire_overhead() -> usize {
 pub(super) fn volatile_keys(ctx: &mut Ctx<'_, '_>) -> usize {
     let db = &ctx.server.db;
     if !ctx.in_exec() {
-        if ctx.server.scripts.any_running() {
+        if ctx.server.scripts.running.any() {
             // A script may hold a shard for as long as it runs: wait off the worker.
             return crate::offload::offload(|| db.volatile_len());
         }

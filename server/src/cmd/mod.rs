@@ -877,8 +877,8 @@ fn script_gate(
     resumed: Option<Instant>,
 ) -> Gate {
     use crate::script::Holder;
-    let scripts = &server.scripts;
-    if !scripts.any_running() {
+    let scripts = &server.scripts.running;
+    if !scripts.any() {
         return Gate::Go;
     }
     let shards = gate_shards(server, session, spec, args);
@@ -891,7 +891,7 @@ fn script_gate(
         // Commands allowed while busy (UNWATCH, DISCARD …) still need their shards.
         Holder::Busy if !spec.has(spec::ALLOW_BUSY) => return Gate::Busy,
         Holder::Running { busy_at } => busy_at,
-        Holder::Busy | Holder::Free => Instant::now(),
+        Holder::Busy => Instant::now(),
     };
     Gate::Wait(Wait {
         deadline: resumed,

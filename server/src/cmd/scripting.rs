@@ -260,6 +260,7 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], script: &Script, ro: bool
     let threshold = Duration::from_millis(server.config.busy_reply_threshold.load(Relaxed));
     let registered = match server
         .scripts
+        .running
         .try_start(ctx.session.id(), shards, threshold)
     {
         Ok(registered) => registered,
@@ -424,7 +425,7 @@ fn script_flush(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
 }
 
 fn script_kill(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
-    match ctx.server.scripts.kill() {
+    match ctx.server.scripts.running.kill() {
         Kill::Killed => Ok(Frame::ok()),
         Kill::NotBusy => Err(CmdError::Coded("NOTBUSY No scripts in execution right now.".into())),
         Kill::Unkillable => Err(CmdError::Coded(

@@ -163,14 +163,16 @@ fn shutdown(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let server = ctx.server;
     if nosave {
         // As in Redis, the way out from under a script that will not end.
-        server.scripts.kill_all();
+        server.scripts.running.kill_all();
     } else {
         // Saving would wait for the shards a script holds: wait for it as other
         // commands do, and past `busy-reply-threshold` answer BUSY, as Redis does.
         let ms = server.config.busy_reply_threshold.load(Relaxed);
-        if let Err(held) = server
-            .scripts
-            .holder(ctx.session.id(), None, Duration::from_millis(ms))
+        if let Err(held) =
+            server
+                .scripts
+                .running
+                .holder(ctx.session.id(), None, Duration::from_millis(ms))
         {
             let Holder::Running { busy_at } = held.standing else {
                 return Err(CmdError::Busy);

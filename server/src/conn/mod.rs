@@ -526,7 +526,7 @@ impl Conn {
         let session = &mut self.session;
         crate::tracking::disable(server, session);
         pubsub::leave(server, session);
-        if session.watched.is_empty() || !server.scripts.any_running() {
+        if session.watched.is_empty() || !server.scripts.running.any() {
             cmd::discard_session_state(server, session);
         } else {
             // Unwatching locks the watched keys' shards, which a script may hold

@@ -5,8 +5,9 @@
 //! nothing of dispatch. Split in three:
 //!
 //! - here: [`Scripts`], shared by every connection: bodies by SHA1 (EVALSHA works
-//!   from any connection), and the registry of running scripts that BUSY and
-//!   SCRIPT KILL consult;
+//!   from any connection);
+//! - [`registry`]: the scripts running now, by the shards they hold, which BUSY
+//!   and SCRIPT KILL consult;
 //! - [`runtime`]: one Lua state per worker thread, compiled functions cached in it;
 //! - [`sandbox`] and [`convert`]: what a script can reach, and how replies become
 //!   Lua values and back.
@@ -14,14 +15,16 @@
 pub mod convert;
 mod interrupt;
 mod libs;
+mod registry;
 pub mod runtime;
 mod sandbox;
 
+pub use registry::{Held, Holder, Kill, Registry, Running};
+
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -154,68 +157,6 @@ fn parse_shebang(body: &[u8]) -> Result<Flags, String> {
     Ok(flags)
 }
 
-/// A script running now, as other connections see it.
-#[derive(Debug)]
-pub struct Running {
-    /// The client running it (its own connection is never told BUSY).
-    pub client: u64,
-    pub started: Instant,
-    /// The shards it holds; `None` for every shard.
-    pub shards: Option<Vec<usize>>,
-    /// Raised by SCRIPT KILL; the instruction hook stops the script.
-    pub killed: AtomicBool,
-    /// Set once it ran a write: it can no longer be killed without breaking
-    /// atomicity.
-    pub wrote: AtomicBool,
-}
-
-/// A script registered as running; dropping it (after its locks are gone) ends
-/// it, and wakes whoever waits, even if the run unwound.
-pub struct Registered<'s> {
-    scripts: &'s Scripts,
-    pub running: Arc<Running>,
-}
-
-impl Drop for Registered<'_> {
-    fn drop(&mut self) {
-        self.scripts.finish(&self.running);
-    }
-}
-
-/// Whether a command may run while scripts hold shards.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Holder {
-    /// No other client's script holds a shard it needs.
-    Free,
-    /// One does, and has not yet run past the threshold: the command waits, at
-    /// most until `busy_at`, when the first of them will have.
-    Running { busy_at: Instant },
-    /// One does and has run past the threshold: the command is answered BUSY.
-    Busy,
-}
-
-/// Another client's script holds a shard a command needs: whether the command
-/// waits or is answered BUSY, and what wakes it.
-#[derive(Debug)]
-pub struct Held {
-    /// [`Holder::Running`] or [`Holder::Busy`], never [`Holder::Free`].
-    pub standing: Holder,
-    /// Fires when a script ends. Subscribed under the lock the running scripts
-    /// were read under, so no end after that read can be missed; and only when a
-    /// script holds the command (which then waits, or is answered BUSY and drops
-    /// this), so that a script's end wakes the channel only when someone may wait
-    /// on it (see [`Scripts::finish`]).
-    pub wake: tokio::sync::watch::Receiver<()>,
-}
-
-/// What SCRIPT KILL found.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Kill {
-    Killed,
-    NotBusy,
-    Unkillable,
-}
-
 /// How many EVAL-cached scripts are kept: Redis 7.4's `LRU_LIST_LENGTH`.
 pub const EVAL_CACHE_MAX: usize = 500;
 
@@ -256,11 +197,8 @@ pub struct Scripts {
     cache: Mutex<Cache>,
     /// Raised by SCRIPT FLUSH: each thread's runtime drops what it compiled.
     generation: AtomicU64,
-    running: Mutex<Vec<Arc<Running>>>,
-    /// `running.len()`, read without the lock on every command.
-    active: AtomicUsize,
-    /// Signalled each time a script ends: commands parked behind one run again.
-    ended: tokio::sync::watch::Sender<()>,
+    /// The scripts running now, which BUSY and SCRIPT KILL consult.
+    pub running: Registry,
 }
 
 impl Default for Scripts {
@@ -268,9 +206,7 @@ impl Default for Scripts {
         Scripts {
             cache: Mutex::default(),
             generation: AtomicU64::new(0),
-            running: Mutex::default(),
-            active: AtomicUsize::new(0),
-            ended: tokio::sync::watch::channel(()).0,
+            running: Registry::default(),
         }
     }
 }
@@ -342,141 +278,6 @@ impl Scripts {
     pub fn generation(&self) -> u64 {
         self.generation.load(Relaxed)
     }
-
-    /// Registers a script of `client` that needs `shards` (`None`: every shard),
-    /// unless another client's script holds one of them: then what that one's
-    /// standing is, and nothing is registered. Checking and registering under one
-    /// lock means two scripts never both pass and then queue on each other's shard
-    /// locks, where the second would hold a worker thread and never hear BUSY.
-    pub fn try_start(
-        &self,
-        client: u64,
-        shards: Option<Vec<usize>>,
-        threshold: Duration,
-    ) -> Result<Registered<'_>, Held> {
-        let mut running = self.running.lock();
-        match standing(&running, client, shards.as_deref(), threshold) {
-            Holder::Free => {}
-            standing => {
-                return Err(Held {
-                    standing,
-                    wake: self.ended.subscribe(),
-                })
-            }
-        }
-        let r = Arc::new(Running {
-            client,
-            started: Instant::now(),
-            shards,
-            killed: AtomicBool::new(false),
-            wrote: AtomicBool::new(false),
-        });
-        running.push(r.clone());
-        self.active.store(running.len(), Relaxed);
-        Ok(Registered {
-            scripts: self,
-            running: r,
-        })
-    }
-
-    fn finish(&self, r: &Arc<Running>) {
-        let mut running = self.running.lock();
-        running.retain(|x| !Arc::ptr_eq(x, r));
-        self.active.store(running.len(), Relaxed);
-        drop(running);
-        // Whoever waits for this script subscribed under the lock while this one
-        // was still listed ([`Held::wake`]), so before the lock above: with no
-        // receiver now, nobody waits, and the wake-up (a walk over the channel's
-        // waiter lists) is skipped.
-        if self.ended.receiver_count() > 0 {
-            self.ended.send_replace(());
-        }
-    }
-
-    /// Whether a command of `client` touching `shards` (`None`: every shard) may
-    /// run, given the scripts of other clients holding those shards.
-    pub fn holder(
-        &self,
-        client: u64,
-        shards: Option<&[usize]>,
-        threshold: Duration,
-    ) -> Result<(), Held> {
-        if self.active.load(Relaxed) == 0 {
-            return Ok(());
-        }
-        let running = self.running.lock();
-        match standing(&running, client, shards, threshold) {
-            Holder::Free => Ok(()),
-            standing => Err(Held {
-                standing,
-                wake: self.ended.subscribe(),
-            }),
-        }
-    }
-
-    /// Whether any script runs now.
-    pub fn any_running(&self) -> bool {
-        self.active.load(Relaxed) != 0
-    }
-
-    /// SCRIPT KILL: stops every running script, unless one has written.
-    pub fn kill(&self) -> Kill {
-        let running = self.running.lock();
-        if running.is_empty() {
-            return Kill::NotBusy;
-        }
-        if running.iter().any(|r| r.wrote.load(Relaxed)) {
-            return Kill::Unkillable;
-        }
-        for r in running.iter() {
-            r.killed.store(true, Relaxed);
-        }
-        Kill::Killed
-    }
-
-    /// Stops every running script, written or not: the server is going away
-    /// (SHUTDOWN NOSAVE, SIGTERM), and a script that never ends would keep its
-    /// connection, and so the process, alive.
-    pub fn kill_all(&self) {
-        for r in self.running.lock().iter() {
-            r.killed.store(true, Relaxed);
-        }
-    }
-}
-
-fn standing(
-    running: &[Arc<Running>],
-    client: u64,
-    shards: Option<&[usize]>,
-    threshold: Duration,
-) -> Holder {
-    let holders = running.iter().filter(|r| {
-        r.client != client
-            && match (&r.shards, shards) {
-                (None, _) | (_, None) => true,
-                (Some(held), Some(wanted)) => wanted.iter().any(|s| held.contains(s)),
-            }
-    });
-    let mut found = Holder::Free;
-    for r in holders {
-        // A threshold past any instant (`u64::MAX` ms) is a century: never, here.
-        let busy_at = r
-            .started
-            .checked_add(threshold)
-            .or_else(|| {
-                r.started
-                    .checked_add(Duration::from_secs(100 * 365 * 86_400))
-            })
-            .unwrap_or(r.started);
-        if threshold == Duration::ZERO || Instant::now() >= busy_at {
-            return Holder::Busy;
-        }
-        found = match found {
-            Holder::Running { busy_at: b } if b <= busy_at => found,
-            _ => Holder::Running { busy_at },
-        };
-    }
-    found
 }
 
 #[cfg(test)]
@@ -556,45 +357,5 @@ mod tests {
         for body in bodies.iter().chain(&bodies) {
             assert_eq!(with_body_sha(body, str::to_owned), sha1_hex(body));
         }
-    }
-
-    #[test]
-    fn busy_only_for_other_clients_on_held_shards() {
-        let s = Scripts::default();
-        let hour = Duration::from_secs(3600);
-        let reg = s.try_start(1, Some(vec![3]), hour).unwrap();
-        let r = reg.running.clone();
-        let zero = Duration::ZERO;
-        let standing = |held: Result<(), Held>| held.err().map(|h| h.standing);
-        assert_eq!(standing(s.holder(2, Some(&[3]), zero)), Some(Holder::Busy));
-        assert_eq!(standing(s.holder(2, None, zero)), Some(Holder::Busy));
-        assert_eq!(standing(s.holder(2, Some(&[4]), zero)), None);
-        assert_eq!(standing(s.holder(1, Some(&[3]), zero)), None);
-        let busy_at = r.started + hour;
-        let held = s.holder(2, Some(&[3]), hour).unwrap_err();
-        assert_eq!(held.standing, Holder::Running { busy_at });
-        // A second script on a held shard is not registered; on another one it is.
-        assert_eq!(
-            s.try_start(2, Some(vec![3, 5]), hour)
-                .err()
-                .map(|h| h.standing),
-            Some(Holder::Running { busy_at })
-        );
-        assert!(matches!(
-            s.try_start(2, None, zero),
-            Err(Held {
-                standing: Holder::Busy,
-                ..
-            })
-        ));
-        drop(s.try_start(2, Some(vec![5]), hour).unwrap());
-        assert_eq!(s.kill(), Kill::Killed);
-        assert!(r.killed.load(Relaxed));
-        s.finish(&r);
-        assert!(
-            held.wake.has_changed().unwrap(),
-            "a script's end wakes those it held"
-        );
-        assert_eq!(s.kill(), Kill::NotBusy);
     }
 }
