@@ -190,9 +190,10 @@ fn with_runtime<R>(
 }
 
 impl Runtime {
-    fn function(&mut self, scripts: &Scripts, script: &Script) -> Result<Function, String> {
-        if let Some(f) = self.functions.get(&script.sha) {
-            return Ok(f.clone());
+    /// Compiles `script` into this state unless it is already.
+    fn compile(&mut self, scripts: &Scripts, script: &Script) -> Result<(), String> {
+        if self.functions.contains_key(&script.sha) {
+            return Ok(());
         }
         // Bytecode fails as a syntax error, as in Redis 7 (see the sandbox).
         let code = script.code();
@@ -225,21 +226,24 @@ impl Runtime {
         if self.functions.len() >= scripts.count() + COMPILED_SLACK {
             self.functions.retain(|sha, _| scripts.contains(sha));
         }
-        self.functions.insert(script.sha.clone(), f.clone());
-        Ok(f)
+        self.functions.insert(script.sha.clone(), f);
+        Ok(())
     }
 }
 
 /// Compiles `script` on this thread (SCRIPT LOAD and EVAL check it before caching
 /// it); the error is Redis's reply text.
 pub fn compile(scripts: &Scripts, script: &Script) -> Result<(), String> {
-    with_runtime(scripts, |rt| rt.function(scripts, script).map(drop))
+    with_runtime(scripts, |rt| rt.compile(scripts, script))
 }
 
 /// Runs a script to its reply.
 pub fn run(scripts: &Scripts, inv: Invocation<'_>, dispatch: &mut Dispatch<'_>) -> Frame {
     with_runtime(scripts, |rt| {
-        let f = rt.function(scripts, inv.script)?;
+        rt.compile(scripts, inv.script)?;
+        // Borrowed, not cloned: a clone of an mlua function takes a registry
+        // slot of the state, and its drop gives it back.
+        let f = &rt.functions[&inv.script.sha];
         run_in(&rt.state, &rt.handler, f, &inv, dispatch).map_err(|e| format!("ERR {e}"))
     })
     .unwrap_or_else(Frame::error)
@@ -248,7 +252,7 @@ pub fn run(scripts: &Scripts, inv: Invocation<'_>, dispatch: &mut Dispatch<'_>) 
 fn run_in(
     state: &State,
     handler: &Function,
-    f: Function,
+    f: &Function,
     inv: &Invocation<'_>,
     mut dispatch: &mut Dispatch<'_>,
 ) -> mlua::Result<Frame> {
