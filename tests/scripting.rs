@@ -505,6 +505,33 @@ fn busy_then_script_kill() {
         "-NOTBUSY No scripts in execution right now.\r\n"
     );
 
+    // A script that may touch any key holds every shard: a GET of any key is
+    // answered BUSY in the end; a command that needs no shard is still served.
+    let everywhere = std::thread::spawn(move || {
+        let mut c = Conn::new(port);
+        c.reply(&[
+            "EVAL",
+            "#!lua flags=allow-undeclared-keys\nlocal i = 0 while true do i = i + 1 end",
+            "0",
+        ])
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert_eq!(c.reply(&["PING"]), "+PONG\r\n");
+        let r = Conn::new(port).reply(&["GET", "any-key"]);
+        if r.starts_with("-BUSY ") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never BUSY: {r}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(c.reply(&["ECHO", "served"]), "$6\r\nserved\r\n");
+    assert_eq!(c.reply(&["SCRIPT", "KILL"]), "+OK\r\n");
+    assert!(everywhere
+        .join()
+        .unwrap()
+        .starts_with("-ERR Script killed by user"));
+
     // A script that wrote cannot be killed: it runs to its end.
     let writer = std::thread::spawn(move || {
         let mut c = Conn::new(port);
