@@ -505,7 +505,17 @@ impl Request {
     /// The arguments in order, `buf` being the buffer the request was decoded
     /// from.
     pub fn args<'a>(&'a self, buf: &'a [u8]) -> impl ExactSizeIterator<Item = &'a [u8]> + 'a {
-        (0..self.len()).map(move |i| self.arg(buf, i))
+        // Where the arguments lie, worked out once rather than for each (a
+        // 20,000-id SADD has as many), over the ranges as one slice.
+        let data = self.words.as_deref().unwrap_or(buf);
+        let big = self.big.as_deref().map(|b| (self.big_index, b));
+        self.ranges
+            .iter()
+            .enumerate()
+            .map(move |(i, range)| match big {
+                Some((at, b)) if at == i => b,
+                _ => &data[range.clone()],
+            })
     }
 
     /// The arguments that own an allocation of their own, which a server may
@@ -737,22 +747,24 @@ impl Progress {
     fn short_arguments(&mut self, buf: &[u8], count: usize, limits: &Limits) {
         let start_pos = self.pos;
         let (mut pos, mut data) = (start_pos, self.data);
-        while self.args.len() < count {
-            let Some((len, header)) = buf.get(pos..).and_then(|b| short_header(b, b'$')) else {
-                break;
-            };
+        let taken = std::iter::from_fn(|| {
+            let (len, header) = buf.get(pos..).and_then(|b| short_header(b, b'$'))?;
             if len > limits.max_bulk_len {
-                break;
+                return None;
             }
             let start = pos + header;
             let end = start + len;
             if buf.get(end..end + 2) != Some(b"\r\n") {
-                break;
+                return None;
             }
-            self.args.push(start..end);
             data += len;
             pos = end + 2;
-        }
+            Some(start..end)
+        });
+        // Through `extend`, which writes into the room `make_room` made without
+        // asking at each argument whether the list has left its inline storage,
+        // as a `push` does (callgrind: a fifth of a SADD's decoding).
+        self.args.extend(taken.take(count - self.args.len()));
         self.data = data;
         // Only when it took something: `scanned` may be far into a long header
         // line the general loop is still waiting to see the end of, and searching
