@@ -492,6 +492,16 @@ fn busy_then_script_kill() {
         assert!(Instant::now() < deadline, "never BUSY: {r}");
         std::thread::sleep(Duration::from_millis(50));
     }
+    // A script of another client on the held key is refused too, and counted so.
+    assert!(c
+        .reply(&["EVAL", "return 1", "1", "k"])
+        .starts_with("-BUSY "));
+    let stats = c.text(&["INFO", "commandstats"]);
+    let eval = stats.lines().find(|l| l.starts_with("cmdstat_eval:"));
+    assert!(
+        eval.is_some_and(|l| l.ends_with(",rejected_calls=1,failed_calls=0")),
+        "{stats}"
+    );
     assert_eq!(c.reply(&["SCRIPT", "KILL"]), "+OK\r\n");
     let killed = spinner.join().unwrap();
     assert!(
@@ -505,8 +515,9 @@ fn busy_then_script_kill() {
         "-NOTBUSY No scripts in execution right now.\r\n"
     );
 
-    // A script that may touch any key holds every shard: a GET of any key is
-    // answered BUSY in the end; a command that needs no shard is still served.
+    // A script that may touch any key holds every shard, Redis's global lock: past
+    // the threshold a GET of any key is answered BUSY, and so is a command that
+    // names no key.
     let everywhere = std::thread::spawn(move || {
         let mut c = Conn::new(port);
         c.reply(&[
@@ -516,18 +527,35 @@ fn busy_then_script_kill() {
         ])
     });
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        assert_eq!(c.reply(&["PING"]), "+PONG\r\n");
-        let r = Conn::new(port).reply(&["GET", "any-key"]);
-        if r.starts_with("-BUSY ") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never BUSY: {r}");
+    while !Conn::new(port)
+        .reply(&["GET", "any-key"])
+        .starts_with("-BUSY ")
+    {
+        assert!(Instant::now() < deadline, "never BUSY");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(c.reply(&["ECHO", "served"]), "$6\r\nserved\r\n");
+    assert!(c.reply(&["PING"]).starts_with("-BUSY "));
     assert_eq!(c.reply(&["SCRIPT", "KILL"]), "+OK\r\n");
     assert!(everywhere
+        .join()
+        .unwrap()
+        .starts_with("-ERR Script killed by user"));
+
+    // A script that declares no key holds no shard: commands go on beside it, but
+    // SCRIPT KILL finds it, and a command over the whole keyspace waits for it.
+    let keyless = std::thread::spawn(move || {
+        let mut c = Conn::new(port);
+        c.reply(&["EVAL", "local i = 0 while true do i = i + 1 end", "0"])
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !Conn::new(port).reply(&["KEYS", "*"]).starts_with("-BUSY ") {
+        assert!(Instant::now() < deadline, "KEYS never BUSY");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(c.reply(&["SET", "beside", "1"]), "+OK\r\n");
+    assert_eq!(c.reply(&["PING"]), "+PONG\r\n");
+    assert_eq!(c.reply(&["SCRIPT", "KILL"]), "+OK\r\n");
+    assert!(keyless
         .join()
         .unwrap()
         .starts_with("-ERR Script killed by user"));

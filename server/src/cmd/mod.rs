@@ -878,10 +878,17 @@ fn script_gate(
 ) -> Gate {
     use crate::script::Holder;
     let scripts = &server.scripts.running;
-    if !scripts.any() {
+    if !scripts.any() || spec.has(spec::RUNS_SCRIPT) {
         return Gate::Go;
     }
     let shards = gate_shards(server, session, spec, args);
+    // Allowed while busy and needing no shard (SCRIPT KILL, AUTH, MULTI): nothing
+    // of a script's to wait for, not even a script's over every shard, which holds
+    // the commands that name no key (a SCRIPT KILL that waited for the script it
+    // was sent to stop would wait for good).
+    if spec.has(spec::ALLOW_BUSY) && shards.as_deref().is_some_and(<[usize]>::is_empty) {
+        return Gate::Go;
+    }
     let ms = server.config.busy_reply_threshold.load(Relaxed);
     let Err(held) = scripts.holder(session.id(), shards.as_deref(), Duration::from_millis(ms))
     else {
@@ -1141,6 +1148,13 @@ fn run_in<'a, 'v>(
         return Outcome::Park(wait);
     }
     let stats = &server.cmdstats[id];
+    if matches!(result, Err(CmdError::Busy)) && matches!(then, Then::Reply) {
+        // A script holds its shards, found by the command itself (EVAL registers
+        // as running or hears BUSY in one step, past the script gate): refused,
+        // as the gate's BUSY is.
+        stats.rejected_calls.incr();
+        return Outcome::Reply(CmdError::Busy.to_frame());
+    }
     stats.calls.incr();
     let nanos = start.elapsed_ns();
     stats.nanos.add(nanos);

@@ -33,7 +33,8 @@ use crate::script::{Held, Holder, Kill, Origin, Running, Script};
 use crate::server::Server;
 use crate::session::Session;
 
-const EVAL_FLAGS: u32 = spec::NOSCRIPT | spec::STALE | spec::SKIP_MONITOR | spec::NO_MANDATORY_KEYS;
+const EVAL_FLAGS: u32 =
+    spec::NOSCRIPT | spec::STALE | spec::SKIP_MONITOR | spec::NO_MANDATORY_KEYS | spec::RUNS_SCRIPT;
 const SCRIPT_KEYS: Keys = Keys::Counted { at: 2 };
 const EVAL_COMPLEXITY: &str = "Depends on the script that is executed.";
 

@@ -48,6 +48,10 @@ pub const RUNS_QUEUED: u32 = 1 << 29;
 /// Internal: drops the connection's WATCHes (EXEC, DISCARD, UNWATCH, RESET), so it
 /// locks the watched keys' shards and waits for a script that holds them.
 pub const UNWATCHES: u32 = 1 << 28;
+/// Internal: runs a script, which registers as running only if no other client's
+/// script holds its shards, and otherwise waits or answers BUSY itself (EVAL and
+/// its kin): the script gate would look at the same shards first for nothing.
+pub const RUNS_SCRIPT: u32 = 1 << 26;
 
 const FLAG_NAMES: &[(u32, &str)] = &[
     (WRITE, "write"),

@@ -10,11 +10,22 @@
 //! and end on either loop queue on the other's, a fifth of a short EVAL's server
 //! CPU with two loops (the mutex's waits are futex sleeps and wake-ups).
 //!
-//! A script that may touch any key holds every shard, and is in every list. Locks
-//! over several lists are taken in shard order, and nothing else is locked while
-//! they are held, so no two lockers wait on each other.
+//! A script that declares no key holds no shard, and is in a list of its own; one
+//! that may touch any key holds every shard, and is in another, which everyone
+//! else reads only while the count of such scripts is not 0. Such a script
+//! registers there first and then looks through the other lists one at a time,
+//! while the others register in their lists first and then read that count
+//! (sequentially consistent, both): of two that start at once one always sees the
+//! other, and steps back (each may see the other, and both step back, and wake
+//! each other). It looks through the lists only when other scripts run, so a
+//! script over every shard costs one lock, as it did when all scripts shared one.
+//!
+//! Locks over several lists are taken in list order (the shards', then the
+//! keyless list, then the list of scripts over every shard), and nothing else is
+//! locked while they are held (a subscription to the scripts' ends is taken
+//! without a lock), so no two lockers wait on each other.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -85,12 +96,21 @@ pub enum Kill {
 
 type List = Vec<Arc<Running>>;
 
+/// The list of the scripts that hold no shard, after the shards' own.
+const KEYLESS: usize = SHARDS;
+/// The list of the scripts that hold every shard, the last.
+const EVERYWHERE: usize = SHARDS + 1;
+
 /// The running scripts, by the shards they hold.
 pub struct Registry {
-    /// `by_shard[s]`: the scripts holding shard `s`.
-    by_shard: Box<[CachePadded<Mutex<List>>]>,
+    /// `lists[s]`: the scripts holding shard `s`; `lists[KEYLESS]`: those holding
+    /// none; `lists[EVERYWHERE]`: those holding every shard.
+    lists: Box<[CachePadded<Mutex<List>>]>,
     /// How many scripts run, read without a lock by every command (most find 0).
     active: CachePadded<AtomicUsize>,
+    /// How many scripts over every shard are in `lists[EVERYWHERE]`, or about
+    /// to be: while it is 0, nobody else needs to read that list.
+    everywhere: CachePadded<AtomicUsize>,
     /// Signalled each time a script ends: commands parked behind one run again.
     ended: tokio::sync::watch::Sender<()>,
 }
@@ -98,23 +118,33 @@ pub struct Registry {
 impl Default for Registry {
     fn default() -> Self {
         Registry {
-            by_shard: (0..SHARDS).map(|_| CachePadded::default()).collect(),
+            lists: (0..=EVERYWHERE).map(|_| CachePadded::default()).collect(),
             active: CachePadded::default(),
+            everywhere: CachePadded::default(),
             ended: tokio::sync::watch::channel(()).0,
         }
     }
 }
 
-/// The locked lists of some shards.
+/// Some locked lists.
 type Locked<'r> = SmallVec<[MutexGuard<'r, List>; 4]>;
+
+/// The list a script holding `shards` (in order, each once; `None`: every shard)
+/// is in, or the lists: its shards', the keyless one if it holds none.
+fn lists_of(shards: Option<&[usize]>) -> &[usize] {
+    match shards {
+        Some([]) => &[KEYLESS],
+        Some(s) => s,
+        None => &[EVERYWHERE],
+    }
+}
 
 impl Registry {
     /// Registers a script of `client` that needs `shards` (`None`: every shard),
     /// unless another client's script holds one of them: then what that one's
-    /// standing is, and nothing is registered. Checking and registering under the
-    /// same locks means two scripts never both pass and then queue on each other's
-    /// shard locks, where the second would hold a worker thread and never hear
-    /// BUSY.
+    /// standing is, and nothing is registered. Two scripts never both pass and
+    /// then queue on each other's shard locks, where the second would hold a
+    /// worker thread and never hear BUSY (see the module's notes for how).
     pub fn try_start(
         &self,
         client: u64,
@@ -126,8 +156,6 @@ impl Registry {
             s.dedup();
             s
         });
-        let mut lists = self.lock(shards.as_deref());
-        self.check(&lists, client, threshold)?;
         let r = Arc::new(Running {
             client,
             started: Instant::now(),
@@ -135,25 +163,88 @@ impl Registry {
             killed: AtomicBool::new(false),
             wrote: AtomicBool::new(false),
         });
-        for list in &mut lists {
-            list.push(r.clone());
+        match r.shards {
+            None => self.start_everywhere(&r, threshold)?,
+            Some(_) => self.start_in_lists(&r, threshold)?,
         }
-        self.active.fetch_add(1, Relaxed);
+        // Only now: its drop is the script's end, which counts it out.
         Ok(Registered {
             registry: self,
             running: r,
         })
     }
 
+    /// [`try_start`](Self::try_start) of a script over some shards, or none: into
+    /// its lists if no other client's script there holds them, and then unless
+    /// one over every shard runs.
+    fn start_in_lists(&self, r: &Arc<Running>, threshold: Duration) -> Result<(), Held> {
+        let mut lists = self.lock(lists_of(r.shards.as_deref()));
+        // Scripts over no shard hold nothing of each other's.
+        if r.shards.as_deref() != Some(&[]) {
+            self.check(&lists, r.client, threshold)?;
+        }
+        for list in &mut lists {
+            list.push(r.clone());
+        }
+        self.active.fetch_add(1, SeqCst);
+        if self.everywhere.load(SeqCst) == 0 {
+            return Ok(());
+        }
+        let held = self.check(&[self.lists[EVERYWHERE].lock()], r.client, threshold);
+        if held.is_err() {
+            for list in &mut lists {
+                list.retain(|x| !Arc::ptr_eq(x, r));
+            }
+            drop(lists);
+            self.left(r, false);
+        }
+        held
+    }
+
+    /// [`try_start`](Self::try_start) of a script over every shard: into its list
+    /// unless another client's script there runs, and then unless one of another
+    /// client runs anywhere else.
+    fn start_everywhere(&self, r: &Arc<Running>, threshold: Duration) -> Result<(), Held> {
+        {
+            let mut list = self.lists[EVERYWHERE].lock();
+            self.check_one(&list, r.client, threshold)?;
+            list.push(r.clone());
+            self.everywhere.fetch_add(1, SeqCst);
+            self.active.fetch_add(1, SeqCst);
+        }
+        if self.active.load(SeqCst) == 1 {
+            return Ok(());
+        }
+        for i in 0..EVERYWHERE {
+            let list = self.lists[i].lock();
+            if let Err(held) = self.check_one(&list, r.client, threshold) {
+                drop(list);
+                self.lists[EVERYWHERE].lock().retain(|x| !Arc::ptr_eq(x, r));
+                self.left(r, true);
+                return Err(held);
+            }
+        }
+        Ok(())
+    }
+
     fn finish(&self, r: &Arc<Running>) {
-        for mut list in self.lock(r.shards.as_deref()) {
+        for mut list in self.lock(lists_of(r.shards.as_deref())) {
             list.retain(|x| !Arc::ptr_eq(x, r));
         }
-        self.active.fetch_sub(1, Relaxed);
-        // Whoever waits for this script subscribed under a lock it was listed
-        // under ([`Held::wake`]), so before the locks above: with no receiver
-        // now, nobody waits, and the wake-up (a walk over the channel's waiter
-        // lists) is skipped.
+        self.left(r, r.shards.is_none());
+    }
+
+    /// `r` has left its lists (it ended, or stepped back before it started):
+    /// counted out, and whoever waited for it woken. Whoever waits subscribed
+    /// under a lock of a list it was in ([`Held::wake`]), so before it left: with
+    /// no receiver now, nobody waits, and the wake-up (a walk over the channel's
+    /// waiter lists) is skipped.
+    fn left(&self, r: &Running, everywhere: bool) {
+        debug_assert_eq!(everywhere, r.shards.is_none());
+        if everywhere {
+            self.everywhere.fetch_sub(1, SeqCst);
+        }
+        self.active.fetch_sub(1, SeqCst);
         if self.ended.receiver_count() > 0 {
             self.ended.send_replace(());
         }
@@ -170,16 +261,25 @@ impl Registry {
         if !self.any() {
             return Ok(());
         }
-        match shards {
+        let mine = match shards {
+            None => return self.check(&self.lock_all(), client, threshold),
+            // A command that names no key (PING, CONFIG, SAVE) waits only for a
+            // script over every shard, Redis's global lock.
+            Some([]) => Ok(()),
             // A command's keys, as it lists them: in any order, maybe repeated.
             Some(s) if !s.is_sorted_by(|a, b| a < b) => {
                 let mut sorted: SmallVec<[usize; 8]> = s.into();
                 sorted.sort_unstable();
                 sorted.dedup();
-                self.check(&self.lock(Some(&sorted)), client, threshold)
+                self.check(&self.lock(&sorted), client, threshold)
             }
-            _ => self.check(&self.lock(shards), client, threshold),
+            Some(s) => self.check(&self.lock(s), client, threshold),
+        };
+        mine?;
+        if self.everywhere.load(SeqCst) == 0 {
+            return Ok(());
         }
+        self.check(&[self.lists[EVERYWHERE].lock()], client, threshold)
     }
 
     /// Whether any script runs now.
@@ -189,7 +289,7 @@ impl Registry {
 
     /// SCRIPT KILL: stops every running script, unless one has written.
     pub fn kill(&self) -> Kill {
-        let lists = self.lock(None);
+        let lists = self.lock_all();
         let mut running = lists.iter().flat_map(|l| l.iter()).peekable();
         if running.peek().is_none() {
             return Kill::NotBusy;
@@ -207,28 +307,35 @@ impl Registry {
     /// (SHUTDOWN NOSAVE, SIGTERM), and a script that never ends would keep its
     /// connection, and so the process, alive.
     pub fn kill_all(&self) {
-        for list in self.lock(None) {
+        for list in self.lock_all() {
             for r in list.iter() {
                 r.killed.store(true, Relaxed);
             }
         }
     }
 
-    /// The lists of `shards` (ascending, each once; `None`: every shard), locked
-    /// in shard order.
-    fn lock(&self, shards: Option<&[usize]>) -> Locked<'_> {
-        match shards {
-            Some(s) => {
-                debug_assert!(s.is_sorted_by(|a, b| a < b), "shards in order, each once");
-                s.iter().map(|&i| self.by_shard[i].lock()).collect()
-            }
-            None => self.by_shard.iter().map(|l| l.lock()).collect(),
-        }
+    /// The lists `which` (ascending, each once), locked in that order.
+    fn lock(&self, which: &[usize]) -> Locked<'_> {
+        debug_assert!(
+            which.is_sorted_by(|a, b| a < b),
+            "lists in order, each once"
+        );
+        which.iter().map(|&i| self.lists[i].lock()).collect()
     }
 
-    /// [`standing`] over `lists`, and if a script holds the command, a
+    /// Every list, locked in order: what runs anywhere, at one instant.
+    fn lock_all(&self) -> Locked<'_> {
+        self.lists.iter().map(|l| l.lock()).collect()
+    }
+
+    /// [`standing`] over the scripts in `lists`, and if one holds the command, a
     /// subscription to the scripts' ends taken while `lists` are still locked.
-    fn check(&self, lists: &Locked<'_>, client: u64, threshold: Duration) -> Result<(), Held> {
+    fn check(
+        &self,
+        lists: &[MutexGuard<'_, List>],
+        client: u64,
+        threshold: Duration,
+    ) -> Result<(), Held> {
         match standing(lists.iter().flat_map(|l| l.iter()), client, threshold) {
             None => Ok(()),
             Some(standing) => Err(Held {
@@ -236,6 +343,16 @@ impl Registry {
                 wake: self.ended.subscribe(),
             }),
         }
+    }
+
+    /// [`check`](Self::check) of one locked list.
+    fn check_one(
+        &self,
+        list: &MutexGuard<'_, List>,
+        client: u64,
+        threshold: Duration,
+    ) -> Result<(), Held> {
+        self.check(std::slice::from_ref(list), client, threshold)
     }
 }
 
@@ -284,6 +401,7 @@ mod tests {
         assert_eq!(standing(s.holder(2, Some(&[3]), zero)), Some(Holder::Busy));
         assert_eq!(standing(s.holder(2, None, zero)), Some(Holder::Busy));
         assert_eq!(standing(s.holder(2, Some(&[4]), zero)), None);
+        assert_eq!(standing(s.holder(2, Some(&[]), zero)), None);
         assert_eq!(
             standing(s.holder(2, Some(&[9, 3, 9]), zero)),
             Some(Holder::Busy)
@@ -327,6 +445,9 @@ mod tests {
             assert!(s.holder(2, Some(&[shard]), hour).is_err(), "shard {shard}");
             assert!(s.try_start(2, Some(vec![shard]), hour).is_err());
         }
+        // Redis's global lock: even a command that names no key waits.
+        assert!(s.holder(2, Some(&[]), hour).is_err());
+        assert!(s.try_start(2, Some(vec![]), hour).is_err());
         all.running.wrote.store(true, Relaxed);
         assert_eq!(s.kill(), Kill::Unkillable);
         drop(all);
@@ -338,6 +459,67 @@ mod tests {
         assert!(s.try_start(3, Some(vec![2, 1]), hour).is_err());
         drop((a, b));
         assert!(s.try_start(3, Some(vec![2, 1]), hour).is_ok());
-        assert!(s.by_shard.iter().all(|l| l.lock().is_empty()));
+        assert!(s.lists.iter().all(|l| l.lock().is_empty()));
+    }
+
+    /// A script over every shard that finds another client's script on a shard
+    /// (or over none) steps back and leaves no trace; so does one that finds a
+    /// script over every shard already running.
+    #[test]
+    fn a_script_over_every_shard_steps_back_from_any_other() {
+        let s = Registry::default();
+        let hour = Duration::from_secs(3600);
+        let counts = |s: &Registry| (s.active.load(SeqCst), s.everywhere.load(SeqCst));
+        for shards in [vec![SHARDS - 1], vec![]] {
+            let one = s.try_start(1, Some(shards.clone()), hour).unwrap();
+            let held = s.try_start(2, None, hour).err().expect("held");
+            assert_eq!(
+                held.standing,
+                Holder::Running {
+                    busy_at: one.running.started + hour
+                }
+            );
+            assert_eq!(counts(&s), (1, 0), "{shards:?}");
+            assert!(s.lists[EVERYWHERE].lock().is_empty());
+            // Its own client's scripts hold nothing of its.
+            drop(s.try_start(1, None, hour).unwrap());
+            drop(one);
+            assert!(held.wake.has_changed().unwrap());
+        }
+        let all = s.try_start(1, None, hour).unwrap();
+        assert!(s.try_start(2, None, hour).is_err());
+        assert!(s.try_start(2, Some(vec![3]), hour).is_err());
+        assert_eq!(counts(&s), (1, 1));
+        assert!(
+            s.lists[3].lock().is_empty(),
+            "a script that stepped back is gone"
+        );
+        drop(all);
+        assert_eq!(counts(&s), (0, 0));
+        assert!(s.lists.iter().all(|l| l.lock().is_empty()));
+    }
+
+    #[test]
+    fn a_script_over_no_shard_is_found_by_kill_and_waited_for_by_the_keyspace() {
+        let s = Registry::default();
+        let (hour, zero) = (Duration::from_secs(3600), Duration::ZERO);
+        let none = s.try_start(1, Some(vec![]), hour).unwrap();
+        assert!(s.any());
+        // It holds no shard: commands on keys, or on none, go on.
+        assert!(s.holder(2, Some(&[3]), zero).is_ok());
+        assert!(s.holder(2, Some(&[]), zero).is_ok());
+        // A command over the whole keyspace, and a script over every shard, wait.
+        let busy = |h: Result<(), Held>| h.err().map(|h| h.standing);
+        assert_eq!(busy(s.holder(2, None, zero)), Some(Holder::Busy));
+        assert!(s.try_start(2, None, hour).is_err());
+        // Another script over no shard, or over some, runs beside it.
+        drop(s.try_start(2, Some(vec![]), hour).unwrap());
+        drop(s.try_start(2, Some(vec![3]), hour).unwrap());
+        assert_eq!(s.kill(), Kill::Killed);
+        assert!(none.running.killed.load(Relaxed));
+        drop(none);
+        assert!(!s.any());
+        assert_eq!(s.kill(), Kill::NotBusy);
+        assert!(s.lists.iter().all(|l| l.lock().is_empty()));
     }
 }
