@@ -635,7 +635,17 @@ fn execute(
     if server.persist.loading() && !spec.has(spec::LOADING) {
         return reject(server, session, id, spec, CmdError::Loading);
     }
-    match script_gate(server, session, spec, args, resumed) {
+    // A script registers as running only if no other client's script holds its
+    // shards, and otherwise waits or answers BUSY itself: the gate would look at
+    // them first for nothing. Not in a transaction (an EVAL queued while a script
+    // is busy fails it, as any command does) nor on a slot being moved (whose
+    // keys' shards are locked before the command runs).
+    let gated = !spec.has(spec::RUNS_SCRIPT) || session.multi.is_some() || moving.is_some();
+    let gate = match gated {
+        true => script_gate(server, session, spec, args, resumed),
+        false => Gate::Go,
+    };
+    match gate {
         Gate::Go => {}
         Gate::Busy => return reject(server, session, id, spec, CmdError::Busy),
         // Queueing touches no key: only what runs now waits.
@@ -878,7 +888,7 @@ fn script_gate(
 ) -> Gate {
     use crate::script::Holder;
     let scripts = &server.scripts.running;
-    if !scripts.any() || spec.has(spec::RUNS_SCRIPT) {
+    if !scripts.any() {
         return Gate::Go;
     }
     let shards = gate_shards(server, session, spec, args);
@@ -1111,8 +1121,9 @@ fn run_in<'a, 'v>(
     output: Option<&'v mut BytesMut>,
 ) -> Outcome {
     let start = crate::clock::Stamp::now();
+    let in_exec = matches!(view, ViewSlot::Exec(_));
     // Inside EXEC or a script, CLIENT LIST goes on showing exec or eval, as Redis's.
-    if !matches!(view, ViewSlot::Exec(_)) {
+    if !in_exec {
         session.info.last_cmd.store(id, Relaxed);
     }
     let track_reads = spec.has(spec::READONLY)
@@ -1148,10 +1159,11 @@ fn run_in<'a, 'v>(
         return Outcome::Park(wait);
     }
     let stats = &server.cmdstats[id];
-    if matches!(result, Err(CmdError::Busy)) && matches!(then, Then::Reply) {
+    if matches!(result, Err(CmdError::Busy)) && matches!(then, Then::Reply) && !in_exec {
         // A script holds its shards, found by the command itself (EVAL registers
         // as running or hears BUSY in one step, past the script gate): refused,
-        // as the gate's BUSY is.
+        // as the gate's BUSY is. Inside EXEC it is one of the transaction's
+        // failed calls, as Redis counts errors there.
         stats.rejected_calls.incr();
         return Outcome::Reply(CmdError::Busy.to_frame());
     }

@@ -50,7 +50,7 @@ pub const RUNS_QUEUED: u32 = 1 << 29;
 pub const UNWATCHES: u32 = 1 << 28;
 /// Internal: runs a script, which registers as running only if no other client's
 /// script holds its shards, and otherwise waits or answers BUSY itself (EVAL and
-/// its kin): the script gate would look at the same shards first for nothing.
+/// its kin): outside MULTI, and off slots being moved, it skips the script gate.
 pub const RUNS_SCRIPT: u32 = 1 << 26;
 
 const FLAG_NAMES: &[(u32, &str)] = &[

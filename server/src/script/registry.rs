@@ -16,9 +16,11 @@
 //! registers there first and then looks through the other lists one at a time,
 //! while the others register in their lists first and then read that count
 //! (sequentially consistent, both): of two that start at once one always sees the
-//! other, and steps back (each may see the other, and both step back, and wake
-//! each other). It looks through the lists only when other scripts run, so a
-//! script over every shard costs one lock, as it did when all scripts shared one.
+//! other, and steps back (both may). One that stepped back looks again, as a
+//! command would, and waits for the other or tries again if it is gone; until it
+//! has passed, a script others see is only starting, never BUSY, and SCRIPT KILL
+//! passes it by. A script over every shard looks through the lists only when
+//! other scripts run, so it costs one lock, as it did when all scripts shared one.
 //!
 //! Locks over several lists are taken in list order (the shards', then the
 //! keyless list, then the list of scripts over every shard), and nothing else is
@@ -48,6 +50,8 @@ pub struct Running {
     /// Set once it ran a write: it can no longer be killed without breaking
     /// atomicity.
     pub wrote: AtomicBool,
+    /// Listed, but not yet past the check that may make it step back.
+    starting: AtomicBool,
 }
 
 /// A script registered as running; dropping it (after its locks are gone) ends
@@ -82,7 +86,7 @@ pub struct Held {
     /// under, so no end after that read can be missed; and only when a script
     /// holds the command (which then waits, or is answered BUSY and drops this),
     /// so that a script's end wakes the channel only when someone may wait on it
-    /// (see [`Registry::finish`]).
+    /// (see [`Registry::left`]).
     pub wake: tokio::sync::watch::Receiver<()>,
 }
 
@@ -108,8 +112,8 @@ pub struct Registry {
     lists: Box<[CachePadded<Mutex<List>>]>,
     /// How many scripts run, read without a lock by every command (most find 0).
     active: CachePadded<AtomicUsize>,
-    /// How many scripts over every shard are in `lists[EVERYWHERE]`, or about
-    /// to be: while it is 0, nobody else needs to read that list.
+    /// How many scripts over every shard are in `lists[EVERYWHERE]`, or have
+    /// just left it: while it is 0, nobody else needs to read that list.
     everywhere: CachePadded<AtomicUsize>,
     /// Signalled each time a script ends: commands parked behind one run again.
     ended: tokio::sync::watch::Sender<()>,
@@ -139,99 +143,123 @@ fn lists_of(shards: Option<&[usize]>) -> &[usize] {
     }
 }
 
+/// Why [`Registry::try_start`] did not register a script this time.
+enum NotStarted {
+    /// Another client's script holds a shard it needs, found before it
+    /// registered.
+    Held(Held),
+    /// One found after it registered: it has left its lists again.
+    SteppedBack,
+}
+
+/// Whether `list` holds a script of another client than `client`.
+fn others(list: &List, client: u64) -> bool {
+    list.iter().any(|r| r.client != client)
+}
+
 impl Registry {
     /// Registers a script of `client` that needs `shards` (`None`: every shard),
     /// unless another client's script holds one of them: then what that one's
-    /// standing is, and nothing is registered. Two scripts never both pass and
-    /// then queue on each other's shard locks, where the second would hold a
-    /// worker thread and never hear BUSY (see the module's notes for how).
+    /// standing is, and the script is not registered. Two scripts never both
+    /// pass and then queue on each other's shard locks, where the second would
+    /// hold a worker thread and never hear BUSY (see the module's notes for how).
     pub fn try_start(
         &self,
         client: u64,
         shards: Option<Vec<usize>>,
         threshold: Duration,
     ) -> Result<Registered<'_>, Held> {
-        let shards = shards.map(|mut s| {
+        let mut shards = shards.map(|mut s| {
             s.sort_unstable();
             s.dedup();
             s
         });
-        let r = Arc::new(Running {
-            client,
-            started: Instant::now(),
-            shards,
-            killed: AtomicBool::new(false),
-            wrote: AtomicBool::new(false),
-        });
-        match r.shards {
-            None => self.start_everywhere(&r, threshold)?,
-            Some(_) => self.start_in_lists(&r, threshold)?,
+        loop {
+            let r = Arc::new(Running {
+                client,
+                started: Instant::now(),
+                shards,
+                killed: AtomicBool::new(false),
+                wrote: AtomicBool::new(false),
+                starting: AtomicBool::new(true),
+            });
+            let started = match r.shards {
+                None => self.start_everywhere(&r, threshold),
+                Some(_) => self.start_in_lists(&r, threshold),
+            };
+            match started {
+                Ok(()) => {
+                    r.starting.store(false, Relaxed);
+                    // Only now: its drop is the script's end, which counts it out.
+                    return Ok(Registered {
+                        registry: self,
+                        running: r,
+                    });
+                }
+                Err(NotStarted::Held(held)) => return Err(held),
+                // Its own step back woke the channel: what holds it is looked at
+                // again, with a subscription taken after that, and if nothing
+                // does any more, it tries again.
+                Err(NotStarted::SteppedBack) => {
+                    self.holder(client, r.shards.as_deref(), threshold)?;
+                    shards = r.shards.clone();
+                }
+            }
         }
-        // Only now: its drop is the script's end, which counts it out.
-        Ok(Registered {
-            registry: self,
-            running: r,
-        })
     }
 
     /// [`try_start`](Self::try_start) of a script over some shards, or none: into
     /// its lists if no other client's script there holds them, and then unless
     /// one over every shard runs.
-    fn start_in_lists(&self, r: &Arc<Running>, threshold: Duration) -> Result<(), Held> {
+    fn start_in_lists(&self, r: &Arc<Running>, threshold: Duration) -> Result<(), NotStarted> {
         let mut lists = self.lock(lists_of(r.shards.as_deref()));
         // Scripts over no shard hold nothing of each other's.
         if r.shards.as_deref() != Some(&[]) {
-            self.check(&lists, r.client, threshold)?;
+            self.check(&lists, r.client, threshold)
+                .map_err(NotStarted::Held)?;
         }
         for list in &mut lists {
             list.push(r.clone());
         }
         self.active.fetch_add(1, SeqCst);
-        if self.everywhere.load(SeqCst) == 0 {
+        if self.everywhere.load(SeqCst) == 0 || !others(&self.lists[EVERYWHERE].lock(), r.client) {
             return Ok(());
         }
-        let held = self.check(&[self.lists[EVERYWHERE].lock()], r.client, threshold);
-        if held.is_err() {
-            for list in &mut lists {
-                list.retain(|x| !Arc::ptr_eq(x, r));
-            }
-            drop(lists);
-            self.left(r, false);
+        for list in &mut lists {
+            list.retain(|x| !Arc::ptr_eq(x, r));
         }
-        held
+        drop(lists);
+        self.left(r);
+        Err(NotStarted::SteppedBack)
     }
 
     /// [`try_start`](Self::try_start) of a script over every shard: into its list
     /// unless another client's script there runs, and then unless one of another
     /// client runs anywhere else.
-    fn start_everywhere(&self, r: &Arc<Running>, threshold: Duration) -> Result<(), Held> {
+    fn start_everywhere(&self, r: &Arc<Running>, threshold: Duration) -> Result<(), NotStarted> {
         {
             let mut list = self.lists[EVERYWHERE].lock();
-            self.check_one(&list, r.client, threshold)?;
+            self.check(std::slice::from_ref(&list), r.client, threshold)
+                .map_err(NotStarted::Held)?;
             list.push(r.clone());
             self.everywhere.fetch_add(1, SeqCst);
             self.active.fetch_add(1, SeqCst);
         }
-        if self.active.load(SeqCst) == 1 {
+        if self.active.load(SeqCst) == 1
+            || !(0..EVERYWHERE).any(|i| others(&self.lists[i].lock(), r.client))
+        {
             return Ok(());
         }
-        for i in 0..EVERYWHERE {
-            let list = self.lists[i].lock();
-            if let Err(held) = self.check_one(&list, r.client, threshold) {
-                drop(list);
-                self.lists[EVERYWHERE].lock().retain(|x| !Arc::ptr_eq(x, r));
-                self.left(r, true);
-                return Err(held);
-            }
-        }
-        Ok(())
+        self.lists[EVERYWHERE].lock().retain(|x| !Arc::ptr_eq(x, r));
+        self.left(r);
+        Err(NotStarted::SteppedBack)
     }
 
     fn finish(&self, r: &Arc<Running>) {
         for mut list in self.lock(lists_of(r.shards.as_deref())) {
             list.retain(|x| !Arc::ptr_eq(x, r));
         }
-        self.left(r, r.shards.is_none());
+        self.left(r);
     }
 
     /// `r` has left its lists (it ended, or stepped back before it started):
@@ -239,9 +267,8 @@ impl Registry {
     /// under a lock of a list it was in ([`Held::wake`]), so before it left: with
     /// no receiver now, nobody waits, and the wake-up (a walk over the channel's
     /// waiter lists) is skipped.
-    fn left(&self, r: &Running, everywhere: bool) {
-        debug_assert_eq!(everywhere, r.shards.is_none());
-        if everywhere {
+    fn left(&self, r: &Running) {
+        if r.shards.is_none() {
             self.everywhere.fetch_sub(1, SeqCst);
         }
         self.active.fetch_sub(1, SeqCst);
@@ -261,25 +288,26 @@ impl Registry {
         if !self.any() {
             return Ok(());
         }
-        let mine = match shards {
-            None => return self.check(&self.lock_all(), client, threshold),
-            // A command that names no key (PING, CONFIG, SAVE) waits only for a
-            // script over every shard, Redis's global lock.
-            Some([]) => Ok(()),
-            // A command's keys, as it lists them: in any order, maybe repeated.
-            Some(s) if !s.is_sorted_by(|a, b| a < b) => {
-                let mut sorted: SmallVec<[usize; 8]> = s.into();
-                sorted.sort_unstable();
-                sorted.dedup();
-                self.check(&self.lock(&sorted), client, threshold)
-            }
-            Some(s) => self.check(&self.lock(s), client, threshold),
+        let Some(mut shards) = shards else {
+            return self.check(&self.lock_all(), client, threshold);
         };
-        mine?;
-        if self.everywhere.load(SeqCst) == 0 {
-            return Ok(());
+        // A command's keys, as it lists them: in any order, maybe repeated.
+        let sorted: SmallVec<[usize; 8]>;
+        if !shards.is_sorted_by(|a, b| a < b) {
+            let mut s: SmallVec<[usize; 8]> = shards.into();
+            s.sort_unstable();
+            s.dedup();
+            sorted = s;
+            shards = &sorted;
         }
-        self.check(&[self.lists[EVERYWHERE].lock()], client, threshold)
+        // Its shards' lists, and the scripts over every shard if any run (all a
+        // command that names no key, such as PING or SAVE, waits for: Redis's
+        // global lock), looked at together.
+        let mut lists = self.lock(shards);
+        if self.everywhere.load(SeqCst) != 0 {
+            lists.push(self.lists[EVERYWHERE].lock());
+        }
+        self.check(&lists, client, threshold)
     }
 
     /// Whether any script runs now.
@@ -290,7 +318,11 @@ impl Registry {
     /// SCRIPT KILL: stops every running script, unless one has written.
     pub fn kill(&self) -> Kill {
         let lists = self.lock_all();
-        let mut running = lists.iter().flat_map(|l| l.iter()).peekable();
+        let mut running = lists
+            .iter()
+            .flat_map(|l| l.iter())
+            .filter(|r| !r.starting.load(Relaxed))
+            .peekable();
         if running.peek().is_none() {
             return Kill::NotBusy;
         }
@@ -344,16 +376,6 @@ impl Registry {
             }),
         }
     }
-
-    /// [`check`](Self::check) of one locked list.
-    fn check_one(
-        &self,
-        list: &MutexGuard<'_, List>,
-        client: u64,
-        threshold: Duration,
-    ) -> Result<(), Held> {
-        self.check(std::slice::from_ref(list), client, threshold)
-    }
 }
 
 /// Where the scripts of other clients than `client` among `holding` (the
@@ -375,7 +397,8 @@ fn standing<'a>(
                     .checked_add(Duration::from_secs(100 * 365 * 86_400))
             })
             .unwrap_or(r.started);
-        if threshold == Duration::ZERO || Instant::now() >= busy_at {
+        // One still starting may yet step back: waited for, never BUSY.
+        if !r.starting.load(Relaxed) && (threshold == Duration::ZERO || Instant::now() >= busy_at) {
             return Some(Holder::Busy);
         }
         found = match found {
@@ -462,41 +485,50 @@ mod tests {
         assert!(s.lists.iter().all(|l| l.lock().is_empty()));
     }
 
-    /// A script over every shard that finds another client's script on a shard
-    /// (or over none) steps back and leaves no trace; so does one that finds a
-    /// script over every shard already running.
+    /// A script that finds another client's script after it registered (one over
+    /// every shard finding one on a shard or over none, or the other way round)
+    /// steps back, leaves no trace, and waits for that one: woken when it ends,
+    /// not by its own step back.
     #[test]
-    fn a_script_over_every_shard_steps_back_from_any_other() {
+    fn a_script_that_steps_back_leaves_no_trace_and_waits_for_the_other() {
         let s = Registry::default();
         let hour = Duration::from_secs(3600);
         let counts = |s: &Registry| (s.active.load(SeqCst), s.everywhere.load(SeqCst));
-        for shards in [vec![SHARDS - 1], vec![]] {
-            let one = s.try_start(1, Some(shards.clone()), hour).unwrap();
-            let held = s.try_start(2, None, hour).err().expect("held");
-            assert_eq!(
-                held.standing,
-                Holder::Running {
-                    busy_at: one.running.started + hour
-                }
+        for (first, second) in [
+            (Some(vec![SHARDS - 1]), None),
+            (Some(vec![]), None),
+            (None, Some(vec![3])),
+        ] {
+            let one = s.try_start(1, first.clone(), hour).unwrap();
+            let held = s.try_start(2, second.clone(), hour).err().expect("held");
+            let busy_at = one.running.started + hour;
+            assert_eq!(held.standing, Holder::Running { busy_at }, "{first:?}");
+            assert_eq!(counts(&s), (1, usize::from(first.is_none())));
+            assert!(
+                !held.wake.has_changed().unwrap(),
+                "woken by its own step back"
             );
-            assert_eq!(counts(&s), (1, 0), "{shards:?}");
-            assert!(s.lists[EVERYWHERE].lock().is_empty());
             // Its own client's scripts hold nothing of its.
-            drop(s.try_start(1, None, hour).unwrap());
+            drop(s.try_start(1, second, hour).unwrap());
             drop(one);
-            assert!(held.wake.has_changed().unwrap());
+            assert!(held.wake.has_changed().unwrap(), "not woken by the end");
+            assert_eq!(counts(&s), (0, 0));
+            assert!(s.lists.iter().all(|l| l.lock().is_empty()));
         }
-        let all = s.try_start(1, None, hour).unwrap();
-        assert!(s.try_start(2, None, hour).is_err());
-        assert!(s.try_start(2, Some(vec![3]), hour).is_err());
-        assert_eq!(counts(&s), (1, 1));
-        assert!(
-            s.lists[3].lock().is_empty(),
-            "a script that stepped back is gone"
-        );
-        drop(all);
-        assert_eq!(counts(&s), (0, 0));
-        assert!(s.lists.iter().all(|l| l.lock().is_empty()));
+    }
+
+    /// A script only starting is waited for, never BUSY, and SCRIPT KILL passes it by.
+    #[test]
+    fn a_script_still_starting_is_not_busy_nor_killed() {
+        let s = Registry::default();
+        let one = s
+            .try_start(1, Some(vec![3]), Duration::from_secs(3600))
+            .unwrap();
+        one.running.starting.store(true, Relaxed);
+        let held = s.holder(2, Some(&[3]), Duration::ZERO).unwrap_err();
+        assert!(matches!(held.standing, Holder::Running { .. }));
+        assert_eq!(s.kill(), Kill::NotBusy);
+        assert!(!one.running.killed.load(Relaxed));
     }
 
     #[test]
