@@ -518,44 +518,23 @@ fn busy_then_script_kill() {
     // A script that may touch any key holds every shard, Redis's global lock: past
     // the threshold a GET of any key is answered BUSY, and so is a command that
     // names no key.
-    let everywhere = std::thread::spawn(move || {
-        let mut c = Conn::new(port);
-        c.reply(&[
-            "EVAL",
-            "#!lua flags=allow-undeclared-keys\nlocal i = 0 while true do i = i + 1 end",
-            "0",
-        ])
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !Conn::new(port)
-        .reply(&["GET", "any-key"])
-        .starts_with("-BUSY ")
-    {
-        assert!(Instant::now() < deadline, "never BUSY");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let everywhere = "#!lua flags=allow-undeclared-keys\nlocal i = 0 while true do i = i + 1 end";
+    let spinner = spin_until_busy(port, everywhere, &["GET", "any-key"]);
     assert!(c.reply(&["PING"]).starts_with("-BUSY "));
     assert_eq!(c.reply(&["SCRIPT", "KILL"]), "+OK\r\n");
-    assert!(everywhere
+    assert!(spinner
         .join()
         .unwrap()
         .starts_with("-ERR Script killed by user"));
 
     // A script that declares no key holds no shard: commands go on beside it, but
     // SCRIPT KILL finds it, and a command over the whole keyspace waits for it.
-    let keyless = std::thread::spawn(move || {
-        let mut c = Conn::new(port);
-        c.reply(&["EVAL", "local i = 0 while true do i = i + 1 end", "0"])
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !Conn::new(port).reply(&["KEYS", "*"]).starts_with("-BUSY ") {
-        assert!(Instant::now() < deadline, "KEYS never BUSY");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let keyless = "local i = 0 while true do i = i + 1 end";
+    let spinner = spin_until_busy(port, keyless, &["KEYS", "*"]);
     assert_eq!(c.reply(&["SET", "beside", "1"]), "+OK\r\n");
     assert_eq!(c.reply(&["PING"]), "+PONG\r\n");
     assert_eq!(c.reply(&["SCRIPT", "KILL"]), "+OK\r\n");
-    assert!(keyless
+    assert!(spinner
         .join()
         .unwrap()
         .starts_with("-ERR Script killed by user"));
@@ -585,6 +564,23 @@ fn busy_then_script_kill() {
     }
     assert_eq!(writer.join().unwrap(), ":1\r\n");
     assert_eq!(c.reply(&["GET", "k"]), "$1\r\nw\r\n");
+}
+
+/// Starts `body`, a script declaring no key, from a thread of its own, and returns
+/// once `probe` from another connection is answered BUSY; the thread returns the
+/// script's reply.
+fn spin_until_busy(
+    port: u16,
+    body: &'static str,
+    probe: &[&str],
+) -> std::thread::JoinHandle<String> {
+    let h = std::thread::spawn(move || Conn::new(port).reply(&["EVAL", body, "0"]));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !Conn::new(port).reply(probe).starts_with("-BUSY ") {
+        assert!(Instant::now() < deadline, "{probe:?} never BUSY");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    h
 }
 
 /// Starts `body` on key `k` from a thread of its own and returns once it runs;
