@@ -641,9 +641,10 @@ fn execute(
     // is busy fails it, as any command does) nor on a slot being moved (whose
     // keys' shards are locked before the command runs).
     let gated = !spec.has(spec::RUNS_SCRIPT) || session.multi.is_some() || moving.is_some();
-    let gate = match gated {
-        true => script_gate(server, session, spec, args, resumed),
-        false => Gate::Go,
+    let gate = if gated {
+        script_gate(server, session, spec, args, resumed)
+    } else {
+        Gate::Go
     };
     match gate {
         Gate::Go => {}

@@ -316,7 +316,8 @@ fn sismember(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
 }
 
 /// The relation service's hot path ("which of these 100 do I follow?"): the ids are
-/// parsed onto the stack before locking, and the reply is the only allocation.
+/// parsed before locking, onto the stack up to [`STACK_IDS`] of them, where the
+/// reply is the only allocation.
 fn smismember(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let members = &args[2..];
     // The ids, and a bit for each member that is one (bit i % 64 of word i / 64):
@@ -332,9 +333,9 @@ fn smismember(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
         &mut heap
     };
     let mut valid: SmallVec<[u64; STACK_IDS / MASK_IDS]> = SmallVec::new();
-    for (ids, members) in ids.chunks_mut(MASK_IDS).zip(members.chunks(MASK_IDS)) {
+    for (chunk, args) in ids.chunks_mut(MASK_IDS).zip(members.chunks(MASK_IDS)) {
         let mut bits = 0;
-        for (i, (id, arg)) in ids.iter_mut().zip(members).enumerate() {
+        for (i, (id, arg)) in chunk.iter_mut().zip(args).enumerate() {
             if let Some(parsed) = parse_id_opt(arg) {
                 *id = parsed;
                 bits |= 1 << i;
