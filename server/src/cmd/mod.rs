@@ -887,7 +887,7 @@ fn script_gate(
     args: Argv<'_>,
     resumed: Option<Instant>,
 ) -> Gate {
-    use crate::script::Holder;
+    use crate::script::{Holder, WAIT_IN_PLACE};
     let scripts = &server.scripts.running;
     if !scripts.any() {
         return Gate::Go;
@@ -900,10 +900,21 @@ fn script_gate(
     if spec.has(spec::ALLOW_BUSY) && shards.as_deref().is_some_and(<[usize]>::is_empty) {
         return Gate::Go;
     }
-    let ms = server.config.busy_reply_threshold.load(Relaxed);
-    let Err(held) = scripts.holder(session.id(), shards.as_deref(), Duration::from_millis(ms))
-    else {
-        return Gate::Go;
+    let threshold = Duration::from_millis(server.config.busy_reply_threshold.load(Relaxed));
+    let queueing = session.multi.is_some() && !spec.has(spec::NOT_QUEUED);
+    let mut in_place_until = None;
+    let held = loop {
+        let Err(held) = scripts.holder(session.id(), shards.as_deref(), threshold) else {
+            return Gate::Go;
+        };
+        // A command being queued waits for nothing (it only hears BUSY).
+        if queueing {
+            break held;
+        }
+        let until = *in_place_until.get_or_insert_with(|| Instant::now() + WAIT_IN_PLACE);
+        if !held.wait_in_place(until) {
+            break held;
+        }
     };
     let busy_at = match held.standing {
         // Commands allowed while busy (UNWATCH, DISCARD …) still need their shards.

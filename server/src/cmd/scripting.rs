@@ -259,23 +259,26 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], script: &Script, ro: bool
     // Registered before its shards are locked: a command that finds them taken
     // then waits parked, or hears BUSY, instead of queueing on the lock.
     let threshold = Duration::from_millis(server.config.busy_reply_threshold.load(Relaxed));
-    let registered = match server
-        .scripts
-        .running
-        .try_start(ctx.session.id(), shards, threshold)
-    {
-        Ok(registered) => registered,
-        // Inside EXEC nothing may wait (the transaction holds its locks); EXEC
-        // waited for these shards, so this is a script that started since.
-        Err(Held {
-            standing: Holder::Running { busy_at },
-            wake,
-        }) if !in_exec => {
-            ctx.park(super::script_wait(wake, busy_at));
-            return Ok(Frame::Null);
-        }
-        Err(_) => return Err(CmdError::Busy),
-    };
+    // Inside EXEC nothing may wait (the transaction holds its locks); EXEC
+    // waited for these shards, so this is a script that started since. Nor may
+    // one given locks wait in place: the script it waits for may wait for them.
+    let registered =
+        match server
+            .scripts
+            .running
+            .try_start(ctx.session.id(), shards, threshold, !given_view)
+        {
+            Ok(registered) => registered,
+            Err(Held {
+                standing: Holder::Running { busy_at },
+                wake,
+                ..
+            }) if !in_exec => {
+                ctx.park(super::script_wait(wake, busy_at));
+                return Ok(Frame::Null);
+            }
+            Err(_) => return Err(CmdError::Busy),
+        };
     let running = &registered.running;
     let session = &mut *ctx.session;
     // Never locked again if given: the thread holds those locks already, and

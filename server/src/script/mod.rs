@@ -19,7 +19,7 @@ mod registry;
 pub mod runtime;
 mod sandbox;
 
-pub use registry::{Held, Holder, Kill, Registry, Running};
+pub use registry::{Held, Holder, Kill, Registry, Running, WAIT_IN_PLACE};
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;

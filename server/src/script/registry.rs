@@ -27,7 +27,8 @@
 //! locked while they are held (a subscription to the scripts' ends is taken
 //! without a lock), so no two lockers wait on each other.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Acquire, Ordering::Relaxed};
+use std::sync::atomic::{Ordering::Release, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -52,6 +53,9 @@ pub struct Running {
     pub wrote: AtomicBool,
     /// Listed, but not yet past the check that may make it step back.
     starting: AtomicBool,
+    /// Out of its lists again (it ended, or stepped back): what a command
+    /// waiting in place for it watches ([`Held::wait_in_place`]).
+    gone: AtomicBool,
 }
 
 /// A script registered as running; dropping it (after its locks are gone) ends
@@ -88,6 +92,43 @@ pub struct Held {
     /// so that a script's end wakes the channel only when someone may wait on it
     /// (see [`Registry::left`]).
     pub wake: tokio::sync::watch::Receiver<()>,
+    /// The holder that started last, if none is BUSY: the one a command may
+    /// wait for in place.
+    latest: Option<Arc<Running>>,
+}
+
+/// How long a command waits in place, spinning on its thread, for a script that
+/// holds a shard it needs and started less than this long ago, before it parks.
+/// Most scripts take microseconds; parking behind one costs more: the replies
+/// before it written on their own, its loop woken from another thread, its
+/// signals made and polled, the command run again. With two loops running
+/// scripts on one hot key that was half the server's CPU; spinning costs what
+/// is left of the other's script. A script that runs longer is waited for
+/// parked, as before, and this bounds what its first waiters spin.
+pub const WAIT_IN_PLACE: Duration = Duration::from_micros(20);
+
+impl Held {
+    /// Waits in place for the script this command waits for, if it started
+    /// less than [`WAIT_IN_PLACE`] ago, while it is less than that old and
+    /// until `until`: true if it ended, and the command is to look again.
+    pub fn wait_in_place(&self, until: Instant) -> bool {
+        let Some(r) = &self.latest else {
+            return false;
+        };
+        let until = until.min(r.started + WAIT_IN_PLACE);
+        loop {
+            // A clock read is ~20 ns: looked at once in a few dozen spins.
+            for _ in 0..32 {
+                if r.gone.load(Acquire) {
+                    return true;
+                }
+                std::hint::spin_loop();
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+        }
+    }
 }
 
 /// What SCRIPT KILL found.
@@ -163,17 +204,21 @@ impl Registry {
     /// standing is, and the script is not registered. Two scripts never both
     /// pass and then queue on each other's shard locks, where the second would
     /// hold a worker thread and never hear BUSY (see the module's notes for how).
+    /// `in_place`: it may first wait in place for a script that has just
+    /// started ([`Held::wait_in_place`]), on a thread holding no shard.
     pub fn try_start(
         &self,
         client: u64,
         shards: Option<Vec<usize>>,
         threshold: Duration,
+        in_place: bool,
     ) -> Result<Registered<'_>, Held> {
         let mut shards = shards.map(|mut s| {
             s.sort_unstable();
             s.dedup();
             s
         });
+        let mut in_place_until = None;
         loop {
             let r = Arc::new(Running {
                 client,
@@ -182,12 +227,13 @@ impl Registry {
                 killed: AtomicBool::new(false),
                 wrote: AtomicBool::new(false),
                 starting: AtomicBool::new(true),
+                gone: AtomicBool::new(false),
             });
             let started = match r.shards {
                 None => self.start_everywhere(&r, threshold),
                 Some(_) => self.start_in_lists(&r, threshold),
             };
-            match started {
+            let held = match started {
                 Ok(()) => {
                     r.starting.store(false, Relaxed);
                     // Only now: its drop is the script's end, which counts it out.
@@ -196,15 +242,26 @@ impl Registry {
                         running: r,
                     });
                 }
-                Err(NotStarted::Held(held)) => return Err(held),
+                Err(NotStarted::Held(held)) => held,
                 // Its own step back woke the channel: what holds it is looked at
                 // again, with a subscription taken after that, and if nothing
                 // does any more, it tries again.
                 Err(NotStarted::SteppedBack) => {
-                    self.holder(client, r.shards.as_deref(), threshold)?;
-                    shards = r.shards.clone();
+                    match self.holder(client, r.shards.as_deref(), threshold) {
+                        Ok(()) => {
+                            shards = r.shards.clone();
+                            continue;
+                        }
+                        Err(held) => held,
+                    }
                 }
+            };
+            let until = *in_place_until.get_or_insert_with(|| Instant::now() + WAIT_IN_PLACE);
+            if !(in_place && held.wait_in_place(until)) {
+                return Err(held);
             }
+            // Unshared unless it was listed (and stepped back) meanwhile.
+            shards = Arc::try_unwrap(r).map_or_else(|r| r.shards.clone(), |r| r.shards);
         }
     }
 
@@ -268,6 +325,7 @@ impl Registry {
     /// no receiver now, nobody waits, and the wake-up (a walk over the channel's
     /// waiter lists) is skipped.
     fn left(&self, r: &Running) {
+        r.gone.store(true, Release);
         if r.shards.is_none() {
             self.everywhere.fetch_sub(1, SeqCst);
         }
@@ -370,9 +428,10 @@ impl Registry {
     ) -> Result<(), Held> {
         match standing(lists.iter().flat_map(|l| l.iter()), client, threshold) {
             None => Ok(()),
-            Some(standing) => Err(Held {
+            Some((standing, latest)) => Err(Held {
                 standing,
                 wake: self.ended.subscribe(),
+                latest,
             }),
         }
     }
@@ -380,13 +439,14 @@ impl Registry {
 
 /// Where the scripts of other clients than `client` among `holding` (the
 /// scripts holding the shards a command needs, some maybe more than once)
-/// stand; `None` if there are none, and the command may run.
+/// stand, and unless one is BUSY, the one that started last; `None` if there
+/// are none, and the command may run.
 fn standing<'a>(
     holding: impl Iterator<Item = &'a Arc<Running>>,
     client: u64,
     threshold: Duration,
-) -> Option<Holder> {
-    let mut found = None;
+) -> Option<(Holder, Option<Arc<Running>>)> {
+    let mut found: Option<(Instant, &Arc<Running>)> = None;
     for r in holding.filter(|r| r.client != client) {
         // A threshold past any instant (`u64::MAX` ms) is a century: never, here.
         let busy_at = r
@@ -399,14 +459,21 @@ fn standing<'a>(
             .unwrap_or(r.started);
         // One still starting may yet step back: waited for, never BUSY.
         if !r.starting.load(Relaxed) && (threshold == Duration::ZERO || Instant::now() >= busy_at) {
-            return Some(Holder::Busy);
+            return Some((Holder::Busy, None));
         }
         found = match found {
-            Some(Holder::Running { busy_at: b }) if b <= busy_at => found,
-            _ => Some(Holder::Running { busy_at }),
+            Some((b, latest)) => Some((
+                b.min(busy_at),
+                if r.started > latest.started {
+                    r
+                } else {
+                    latest
+                },
+            )),
+            None => Some((busy_at, r)),
         };
     }
-    found
+    found.map(|(busy_at, latest)| (Holder::Running { busy_at }, Some(latest.clone())))
 }
 
 #[cfg(test)]
@@ -417,7 +484,7 @@ mod tests {
     fn busy_only_for_other_clients_on_held_shards() {
         let s = Registry::default();
         let hour = Duration::from_secs(3600);
-        let reg = s.try_start(1, Some(vec![3]), hour).unwrap();
+        let reg = s.try_start(1, Some(vec![3]), hour, false).unwrap();
         let r = reg.running.clone();
         let zero = Duration::ZERO;
         let standing = |held: Result<(), Held>| held.err().map(|h| h.standing);
@@ -435,19 +502,19 @@ mod tests {
         assert_eq!(held.standing, Holder::Running { busy_at });
         // A second script on a held shard is not registered; on another one it is.
         assert_eq!(
-            s.try_start(2, Some(vec![5, 3]), hour)
+            s.try_start(2, Some(vec![5, 3]), hour, false)
                 .err()
                 .map(|h| h.standing),
             Some(Holder::Running { busy_at })
         );
         assert!(matches!(
-            s.try_start(2, None, zero),
+            s.try_start(2, None, zero, false),
             Err(Held {
                 standing: Holder::Busy,
                 ..
             })
         ));
-        drop(s.try_start(2, Some(vec![5]), hour).unwrap());
+        drop(s.try_start(2, Some(vec![5]), hour, false).unwrap());
         assert_eq!(s.kill(), Kill::Killed);
         assert!(r.killed.load(Relaxed));
         drop(reg);
@@ -463,25 +530,25 @@ mod tests {
     fn a_script_on_every_shard_holds_each_and_leaves_none_behind() {
         let s = Registry::default();
         let hour = Duration::from_secs(3600);
-        let all = s.try_start(1, None, hour).unwrap();
+        let all = s.try_start(1, None, hour, false).unwrap();
         for shard in [0, 7, SHARDS - 1] {
             assert!(s.holder(2, Some(&[shard]), hour).is_err(), "shard {shard}");
-            assert!(s.try_start(2, Some(vec![shard]), hour).is_err());
+            assert!(s.try_start(2, Some(vec![shard]), hour, false).is_err());
         }
         // Redis's global lock: even a command that names no key waits.
         assert!(s.holder(2, Some(&[]), hour).is_err());
-        assert!(s.try_start(2, Some(vec![]), hour).is_err());
+        assert!(s.try_start(2, Some(vec![]), hour, false).is_err());
         all.running.wrote.store(true, Relaxed);
         assert_eq!(s.kill(), Kill::Unkillable);
         drop(all);
         assert!(!s.any());
         assert!(s.holder(2, None, Duration::ZERO).is_ok());
         // Scripts on disjoint shards run side by side; one over both waits.
-        let a = s.try_start(1, Some(vec![1]), hour).unwrap();
-        let b = s.try_start(2, Some(vec![2]), hour).unwrap();
-        assert!(s.try_start(3, Some(vec![2, 1]), hour).is_err());
+        let a = s.try_start(1, Some(vec![1]), hour, false).unwrap();
+        let b = s.try_start(2, Some(vec![2]), hour, false).unwrap();
+        assert!(s.try_start(3, Some(vec![2, 1]), hour, false).is_err());
         drop((a, b));
-        assert!(s.try_start(3, Some(vec![2, 1]), hour).is_ok());
+        assert!(s.try_start(3, Some(vec![2, 1]), hour, false).is_ok());
         assert!(s.lists.iter().all(|l| l.lock().is_empty()));
     }
 
@@ -499,8 +566,11 @@ mod tests {
             (Some(vec![]), None),
             (None, Some(vec![3])),
         ] {
-            let one = s.try_start(1, first.clone(), hour).unwrap();
-            let held = s.try_start(2, second.clone(), hour).err().expect("held");
+            let one = s.try_start(1, first.clone(), hour, false).unwrap();
+            let held = s
+                .try_start(2, second.clone(), hour, false)
+                .err()
+                .expect("held");
             let busy_at = one.running.started + hour;
             assert_eq!(held.standing, Holder::Running { busy_at }, "{first:?}");
             assert_eq!(counts(&s), (1, usize::from(first.is_none())));
@@ -509,7 +579,7 @@ mod tests {
                 "woken by its own step back"
             );
             // Its own client's scripts hold nothing of its.
-            drop(s.try_start(1, second, hour).unwrap());
+            drop(s.try_start(1, second, hour, false).unwrap());
             drop(one);
             assert!(held.wake.has_changed().unwrap(), "not woken by the end");
             assert_eq!(counts(&s), (0, 0));
@@ -517,12 +587,53 @@ mod tests {
         }
     }
 
+    /// A command waits in place only for a script that has just started, and
+    /// only until it ends, its own limit or the script's passes.
+    #[test]
+    fn waits_in_place_for_a_young_script_until_it_ends() {
+        let s = Registry::default();
+        let hour = Duration::from_secs(3600);
+        let far = Instant::now() + hour;
+        let one = s.try_start(1, Some(vec![3]), hour, false).unwrap();
+        let held = s.holder(2, Some(&[3]), hour).unwrap_err();
+        assert!(!held.wait_in_place(Instant::now()), "past its own limit");
+        drop(one);
+        assert!(held.wait_in_place(far), "the script ended");
+
+        // One that has run longer than WAIT_IN_PLACE is waited for parked.
+        let old = s.try_start(1, Some(vec![3]), hour, false).unwrap();
+        let began = Instant::now();
+        while began.elapsed() <= WAIT_IN_PLACE {
+            std::hint::spin_loop();
+        }
+        let held = s.holder(2, Some(&[3]), hour).unwrap_err();
+        let spun = Instant::now();
+        assert!(!held.wait_in_place(far));
+        assert!(spun.elapsed() < hour);
+        // A script past the threshold is BUSY: nothing to wait in place for.
+        let busy = s.holder(2, Some(&[3]), Duration::ZERO).unwrap_err();
+        assert_eq!(busy.standing, Holder::Busy);
+        assert!(!busy.wait_in_place(far));
+        drop(old);
+
+        // Of two holders the one that started last is waited for.
+        let a = s.try_start(1, Some(vec![3]), hour, false).unwrap();
+        let b = s.try_start(4, Some(vec![5]), hour, false).unwrap();
+        let held = s.holder(2, Some(&[3, 5]), hour).unwrap_err();
+        drop(a);
+        assert!(!held.wait_in_place(Instant::now()), "waited for the first");
+        drop(b);
+        assert!(held.wait_in_place(far));
+        drop(s.try_start(2, Some(vec![5, 3]), hour, true).unwrap());
+        assert!(!s.any());
+    }
+
     /// A script only starting is waited for, never BUSY, and SCRIPT KILL passes it by.
     #[test]
     fn a_script_still_starting_is_not_busy_nor_killed() {
         let s = Registry::default();
         let one = s
-            .try_start(1, Some(vec![3]), Duration::from_secs(3600))
+            .try_start(1, Some(vec![3]), Duration::from_secs(3600), false)
             .unwrap();
         one.running.starting.store(true, Relaxed);
         let held = s.holder(2, Some(&[3]), Duration::ZERO).unwrap_err();
@@ -535,7 +646,7 @@ mod tests {
     fn a_script_over_no_shard_is_found_by_kill_and_waited_for_by_the_keyspace() {
         let s = Registry::default();
         let (hour, zero) = (Duration::from_secs(3600), Duration::ZERO);
-        let none = s.try_start(1, Some(vec![]), hour).unwrap();
+        let none = s.try_start(1, Some(vec![]), hour, false).unwrap();
         assert!(s.any());
         // It holds no shard: commands on keys, or on none, go on.
         assert!(s.holder(2, Some(&[3]), zero).is_ok());
@@ -543,10 +654,10 @@ mod tests {
         // A command over the whole keyspace, and a script over every shard, wait.
         let busy = |h: Result<(), Held>| h.err().map(|h| h.standing);
         assert_eq!(busy(s.holder(2, None, zero)), Some(Holder::Busy));
-        assert!(s.try_start(2, None, hour).is_err());
+        assert!(s.try_start(2, None, hour, false).is_err());
         // Another script over no shard, or over some, runs beside it.
-        drop(s.try_start(2, Some(vec![]), hour).unwrap());
-        drop(s.try_start(2, Some(vec![3]), hour).unwrap());
+        drop(s.try_start(2, Some(vec![]), hour, false).unwrap());
+        drop(s.try_start(2, Some(vec![3]), hour, false).unwrap());
         assert_eq!(s.kill(), Kill::Killed);
         assert!(none.running.killed.load(Relaxed));
         drop(none);
