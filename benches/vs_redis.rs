@@ -13,7 +13,8 @@
 //!
 //! A SET through a script (`EVAL "return redis.call('set', KEYS[1], ARGV[1])"`
 //! over the same keys) runs at each depth too: scripts are a request path of
-//! their own, the Lua runtime's.
+//! their own, the Lua runtime's. It runs once more pipelined on one hot key, where
+//! relcache's loops take turns: a script holds its key's shard while it runs.
 //!
 //! The pipelined SET and GET run a second time with a two-thread client
 //! (`redis-benchmark --threads 2`, the `cl` column). One client thread needs about as
@@ -225,6 +226,16 @@ fn main() {
             requests: n,
         });
     }
+    // Scripts on one hot key: on relcache both loops' scripts want the same
+    // shard, and wait for each other's.
+    configs.push(Config {
+        test: "EVAL",
+        pipeline: 16,
+        spread: false,
+        resp3: false,
+        client_threads: 1,
+        requests,
+    });
     for spread in [true, false] {
         for test in ["SET", "GET"] {
             configs.push(Config {
