@@ -231,6 +231,59 @@ fn eval_keeps_the_500_scripts_run_last_and_script_load_keeps_all() {
     assert_eq!(info_stat(&mut c, "evicted_scripts"), 0);
 }
 
+/// INFO memory's scripting fields, by Redis's names: the cached scripts, their
+/// bodies' memory, and the Lua states' memory, which a thread's state shows
+/// once it has run a script.
+#[test]
+fn info_memory_counts_the_scripts_and_the_lua_states() {
+    let s = TestServer::start();
+    let mut c = Conn::new(s.port);
+    let field = |c: &mut Conn, name: &str| -> u64 {
+        let info = c.reply(&["INFO", "memory"]);
+        harness::info_value(&info, name)
+    };
+    assert_eq!(field(&mut c, "number_of_cached_scripts"), 0);
+    assert_eq!(field(&mut c, "used_memory_scripts_eval"), 0);
+    assert_eq!(c.reply(&["EVAL", "return 1", "0"]), ":1\r\n");
+    let long = format!("return '{}'", "x".repeat(10_000));
+    c.reply(&["SCRIPT", "LOAD", &long]);
+    assert_eq!(field(&mut c, "number_of_cached_scripts"), 2);
+    let bodies = field(&mut c, "used_memory_scripts_eval");
+    assert!(bodies > 10_000, "{bodies}");
+    assert_eq!(field(&mut c, "used_memory_scripts"), bodies);
+    // A state starts at tens of KB (Redis's at 32 KB); one that has built a
+    // table of 100,000 numbers shows it until its collector gets to it.
+    let lua = field(&mut c, "used_memory_lua");
+    assert!((16 << 10..4 << 20).contains(&lua), "{lua}");
+    let built = "local t = {} for i = 1, 100000 do t[i] = i end return #t";
+    assert_eq!(c.reply(&["EVAL", built, "0"]), ":100000\r\n");
+    let grown = field(&mut c, "used_memory_vm_eval");
+    assert!(grown > lua + (1 << 20), "{lua} -> {grown}");
+    assert_eq!(field(&mut c, "used_memory_vm_total"), grown);
+    assert_eq!(c.reply(&["SCRIPT", "FLUSH"]), "+OK\r\n");
+    assert_eq!(field(&mut c, "number_of_cached_scripts"), 0);
+    assert_eq!(field(&mut c, "used_memory_scripts_eval"), 0);
+
+    // The same fields as Redis's INFO memory, in the same order.
+    let redis = RedisServer::start();
+    let mut theirs = Conn::new(redis.port);
+    let names = |info: String| -> Vec<String> {
+        info.lines()
+            .filter_map(|l| l.split_once(':').map(|(k, _)| k.to_string()))
+            .filter(|k| {
+                k.contains("lua")
+                    || k.contains("script")
+                    || k.contains("_vm_")
+                    || k.contains("function")
+            })
+            .collect()
+    };
+    assert_eq!(
+        names(c.reply(&["INFO", "memory"])),
+        names(theirs.reply(&["INFO", "memory"]))
+    );
+}
+
 #[test]
 fn lua_as_in_7_4_os_clock_and_integral_number_arguments() {
     let s = TestServer::start();

@@ -316,6 +316,23 @@ fn info_memory(server: &Server, out: &mut String) {
     );
     field(out, "total_system_memory", system);
     field(out, "total_system_memory_human", human(system));
+    // Each thread that has run a script has a Lua state of its own; relcache has
+    // no FUNCTION libraries, and so no state for them.
+    let lua = crate::script::runtime::vm_memory();
+    let scripts = server.scripts.memory() as u64;
+    field(out, "used_memory_lua", lua);
+    field(out, "used_memory_vm_eval", lua);
+    field(out, "used_memory_lua_human", human(lua));
+    field(out, "used_memory_scripts_eval", scripts);
+    field(out, "number_of_cached_scripts", server.scripts.count());
+    field(out, "number_of_functions", 0);
+    field(out, "number_of_libraries", 0);
+    field(out, "used_memory_vm_functions", 0);
+    field(out, "used_memory_vm_total", lua);
+    field(out, "used_memory_vm_total_human", human(lua));
+    field(out, "used_memory_functions", 0);
+    field(out, "used_memory_scripts", scripts);
+    field(out, "used_memory_scripts_human", human(scripts));
     field(out, "maxmemory", max);
     field(out, "maxmemory_human", human(max));
     field(out, "maxmemory_policy", server.config.policy());

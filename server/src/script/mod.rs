@@ -269,6 +269,19 @@ impl Scripts {
         self.cache.lock().map.len()
     }
 
+    /// The cache's own memory (INFO's `used_memory_scripts_eval`): the
+    /// bodies, their names, and the entries holding them.
+    pub fn memory(&self) -> usize {
+        let cache = self.cache.lock();
+        let entry = std::mem::size_of::<(String, (Arc<Script>, Option<u64>))>()
+            + std::mem::size_of::<Script>();
+        let names = cache.map.values().map(|(s, lru)| {
+            let copies = 2 + usize::from(lru.is_some());
+            entry + s.body.len() + copies * s.sha.len()
+        });
+        names.sum::<usize>() + cache.lru.len() * std::mem::size_of::<(u64, String)>()
+    }
+
     /// SCRIPT FLUSH: forgets every script, here and in every thread's runtime.
     pub fn flush(&self) {
         *self.cache.lock() = Cache::default();

@@ -24,6 +24,7 @@ use super::convert::{frame_to_lua, lua_to_frame, Resp};
 use super::interrupt::{self, KILLED};
 use super::sandbox::{error_table, new_state, CallError, State};
 use super::{Running, Script, Scripts};
+use crate::stats::Gauge;
 
 /// Runs one command for the script (`redis.call` / `redis.pcall`): its reply, or
 /// an error frame for a refused or failed command.
@@ -43,6 +44,36 @@ struct Runtime {
     handler: Function,
     generation: u64,
     functions: ahash::HashMap<String, Function>,
+    /// The state's memory as it last went into [`VM_MEMORY`].
+    published: i64,
+}
+
+/// The memory of every thread's Lua state, as each last published it (INFO's
+/// `used_memory_lua`). A state publishes after a run only once it has moved by
+/// [`PUBLISH_STEP`] since, so a short script's run costs a load and a compare
+/// here; a state that goes takes its share back.
+static VM_MEMORY: Gauge = Gauge::new();
+const PUBLISH_STEP: i64 = 4096;
+
+/// The memory of the threads' Lua states (to [`PUBLISH_STEP`] each).
+pub fn vm_memory() -> u64 {
+    VM_MEMORY.get().max(0) as u64
+}
+
+impl Runtime {
+    fn publish(&mut self) {
+        let now = self.state.lua.used_memory() as i64;
+        if (now - self.published).abs() >= PUBLISH_STEP {
+            VM_MEMORY.add(now - self.published);
+            self.published = now;
+        }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        VM_MEMORY.add(-self.published);
+    }
 }
 
 /// How many compiled functions a thread may hold beyond the scripts cached before
@@ -180,10 +211,15 @@ fn with_runtime<R>(
                 handler,
                 generation,
                 functions: ahash::HashMap::default(),
+                published: 0,
             });
         }
         match slot.as_mut() {
-            Some(rt) => f(rt),
+            Some(rt) => {
+                let done = f(rt);
+                rt.publish();
+                done
+            }
             None => Err("ERR cannot start Lua".into()),
         }
     })
