@@ -628,6 +628,83 @@ mod tests {
         assert!(!s.any());
     }
 
+    /// Threads starting scripts over random shards (some over none, some over
+    /// every one), waiting in place or looking again as a parked command would:
+    /// no two clients' scripts ever hold a shard at once, none over every shard
+    /// runs beside any other, and everything left behind is gone at the end.
+    #[test]
+    fn concurrent_scripts_never_hold_a_shard_together() {
+        use rand::{Rng, SeedableRng};
+        use std::sync::atomic::AtomicU64;
+        const CLIENTS: u64 = 4;
+        let s = Registry::default();
+        let owner: Vec<AtomicU64> = (0..SHARDS).map(|_| AtomicU64::new(0)).collect();
+        // Scripts over no shard, and over every shard, running now.
+        let (keyless, everywhere) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let hour = Duration::from_secs(3600);
+        std::thread::scope(|scope| {
+            for client in 1..=CLIENTS {
+                let (s, owner, keyless, everywhere) = (&s, &owner, &keyless, &everywhere);
+                scope.spawn(move || {
+                    let mut rng = rand::rngs::StdRng::seed_from_u64(client);
+                    for round in 0..3_000 {
+                        let shards = match rng.gen_range(0..20) {
+                            0 => None,
+                            1 => Some(vec![]),
+                            // Few shards, so that scripts meet.
+                            n => Some((0..n % 3 + 1).map(|_| rng.gen_range(0..4) * 61).collect()),
+                        };
+                        let in_place = round % 2 == 0;
+                        let reg = loop {
+                            match s.try_start(client, shards.clone(), hour, in_place) {
+                                Ok(reg) => break reg,
+                                Err(held) => {
+                                    assert!(matches!(held.standing, Holder::Running { .. }))
+                                }
+                            }
+                        };
+                        let mine: Vec<usize> = match &reg.running.shards {
+                            Some(mine) => mine.clone(),
+                            None => (0..SHARDS).collect(),
+                        };
+                        for &i in &mine {
+                            let was = owner[i].swap(client, SeqCst);
+                            assert_eq!(was, 0, "shard {i} held by {was} and {client}");
+                        }
+                        match &reg.running.shards {
+                            None => {
+                                assert_eq!(everywhere.fetch_add(1, SeqCst), 0);
+                                assert_eq!(keyless.load(SeqCst), 0, "beside a keyless script");
+                            }
+                            Some(m) if m.is_empty() => {
+                                keyless.fetch_add(1, SeqCst);
+                                assert_eq!(
+                                    everywhere.load(SeqCst),
+                                    0,
+                                    "beside an every-shard script"
+                                );
+                            }
+                            Some(_) => {}
+                        }
+                        std::hint::spin_loop();
+                        match &reg.running.shards {
+                            None => everywhere.fetch_sub(1, SeqCst),
+                            Some(m) if m.is_empty() => keyless.fetch_sub(1, SeqCst),
+                            Some(_) => 0,
+                        };
+                        for &i in &mine {
+                            assert_eq!(owner[i].swap(0, SeqCst), client);
+                        }
+                        drop(reg);
+                    }
+                });
+            }
+        });
+        assert!(!s.any());
+        assert_eq!(s.everywhere.load(SeqCst), 0);
+        assert!(s.lists.iter().all(|l| l.lock().is_empty()));
+    }
+
     /// A script only starting is waited for, never BUSY, and SCRIPT KILL passes it by.
     #[test]
     fn a_script_still_starting_is_not_busy_nor_killed() {
