@@ -234,7 +234,7 @@ fn main() {
         spread: false,
         resp3: false,
         client_threads: 1,
-        requests,
+        requests: requests * 5,
     });
     for spread in [true, false] {
         for test in ["SET", "GET"] {

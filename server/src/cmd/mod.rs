@@ -887,7 +887,7 @@ fn script_gate(
     args: Argv<'_>,
     resumed: Option<Instant>,
 ) -> Gate {
-    use crate::script::{Holder, WAIT_IN_PLACE};
+    use crate::script::{Holder, SCRIPT_WAIT_IN_PLACE};
     let scripts = &server.scripts.running;
     if !scripts.any() {
         return Gate::Go;
@@ -911,7 +911,7 @@ fn script_gate(
         if queueing {
             break held;
         }
-        let until = *in_place_until.get_or_insert_with(|| Instant::now() + WAIT_IN_PLACE);
+        let until = *in_place_until.get_or_insert_with(|| Instant::now() + SCRIPT_WAIT_IN_PLACE);
         if !held.wait_in_place(until) {
             break held;
         }

@@ -257,7 +257,8 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], script: &Script, ro: bool
         s
     });
     // Registered before its shards are locked: a command that finds them taken
-    // then waits parked, or hears BUSY, instead of queueing on the lock.
+    // then waits (in place for a script just started, else parked), or hears
+    // BUSY, instead of queueing on the lock.
     let threshold = Duration::from_millis(server.config.busy_reply_threshold.load(Relaxed));
     // Inside EXEC nothing may wait (the transaction holds its locks); EXEC
     // waited for these shards, so this is a script that started since. Nor may

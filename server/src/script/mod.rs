@@ -19,7 +19,7 @@ mod registry;
 pub mod runtime;
 mod sandbox;
 
-pub use registry::{Held, Holder, Kill, Registry, Running, WAIT_IN_PLACE};
+pub use registry::{Held, Holder, Kill, Registry, Running, SCRIPT_WAIT_IN_PLACE};
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -181,6 +181,19 @@ struct Cache {
     /// script moves to the end in O(log n) each time it runs.
     lru: BTreeMap<u64, String>,
     tick: u64,
+    /// What the entries take ([`entry_bytes`]).
+    bytes: usize,
+}
+
+/// What a cached script takes: its body, its entry and its name in the map,
+/// and if EVAL cached it, its name again in the run order.
+fn entry_bytes(script: &Script, evictable: bool) -> usize {
+    let entry = std::mem::size_of::<(String, (Arc<Script>, Option<u64>))>()
+        + std::mem::size_of::<Script>()
+        + script.body.len()
+        + 2 * script.sha.len();
+    let order = std::mem::size_of::<(u64, String)>() + script.sha.len();
+    entry + if evictable { order } else { 0 }
 }
 
 impl Cache {
@@ -248,7 +261,9 @@ impl Scripts {
                     let Some((_, oldest)) = cache.lru.pop_first() else {
                         break;
                     };
-                    cache.map.remove(&oldest);
+                    if let Some((gone, _)) = cache.map.remove(&oldest) {
+                        cache.bytes -= entry_bytes(&gone, true);
+                    }
                     evicted += 1;
                 }
                 let tick = cache.next_tick();
@@ -256,6 +271,7 @@ impl Scripts {
                 Some(tick)
             }
         };
+        cache.bytes += entry_bytes(&script, tick.is_some());
         cache.map.insert(script.sha.clone(), (script.clone(), tick));
         (script, evicted)
     }
@@ -269,17 +285,11 @@ impl Scripts {
         self.cache.lock().map.len()
     }
 
-    /// The cache's own memory (INFO's `used_memory_scripts_eval`): the
-    /// bodies, their names, and the entries holding them.
+    /// The cache's own memory (INFO's `used_memory_scripts_eval`), kept as
+    /// scripts come and go rather than counted here under the lock every EVAL
+    /// takes.
     pub fn memory(&self) -> usize {
-        let cache = self.cache.lock();
-        let entry = std::mem::size_of::<(String, (Arc<Script>, Option<u64>))>()
-            + std::mem::size_of::<Script>();
-        let names = cache.map.values().map(|(s, lru)| {
-            let copies = 2 + usize::from(lru.is_some());
-            entry + s.body.len() + copies * s.sha.len()
-        });
-        names.sum::<usize>() + cache.lru.len() * std::mem::size_of::<(u64, String)>()
+        self.cache.lock().bytes
     }
 
     /// SCRIPT FLUSH: forgets every script, here and in every thread's runtime.
@@ -296,6 +306,35 @@ impl Scripts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The cache's memory follows its scripts: in as they are cached, out as
+    /// EVAL's LRU evicts them and at SCRIPT FLUSH.
+    #[test]
+    fn the_cache_s_memory_follows_its_scripts() {
+        let scripts = Scripts::default();
+        let script = |body: String| Arc::new(Script::new(Bytes::from(body)).unwrap());
+        let loaded = script("return 'loaded'".repeat(100));
+        scripts.insert(loaded.clone(), Origin::Load);
+        // Cached again: no second entry.
+        scripts.insert(loaded.clone(), Origin::Eval);
+        let mut expected = entry_bytes(&loaded, false);
+        assert_eq!(scripts.memory(), expected);
+        let bodies: Vec<_> = (0..EVAL_CACHE_MAX + 10)
+            .map(|i| script(format!("return {i}")))
+            .collect();
+        for body in &bodies {
+            scripts.insert(body.clone(), Origin::Eval);
+        }
+        // The first ten were evicted.
+        expected += bodies[10..]
+            .iter()
+            .map(|b| entry_bytes(b, true))
+            .sum::<usize>();
+        assert_eq!(scripts.count(), EVAL_CACHE_MAX + 1);
+        assert_eq!(scripts.memory(), expected);
+        scripts.flush();
+        assert_eq!(scripts.memory(), 0);
+    }
 
     #[test]
     fn shebang_flags_and_errors_follow_redis() {
