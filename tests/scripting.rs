@@ -215,15 +215,19 @@ fn eval_keeps_the_500_scripts_run_last_and_script_load_keeps_all() {
         c.reply(&["SCRIPT", "EXISTS", &first, &second]),
         "*2\r\n:1\r\n:0\r\n"
     );
+    // SCRIPT LOAD of a body EVAL cached keeps it from then on (Redis 7.4).
+    let promoted = c.reply(&["SCRIPT", "LOAD", "return 500"]);
+    let promoted = promoted.lines().nth(1).unwrap().to_string();
     // Another 500 new bodies, from another connection: every EVAL-cached script
     // before them goes, the SCRIPT LOADed ones stay.
     let mut other = Conn::new(s.port);
     for i in 0..500 {
         other.reply(&["EVAL", &format!("return {i} + 1"), "0"]);
     }
-    assert_eq!(info_stat(&mut c, "evicted_scripts"), 501);
+    assert_eq!(info_stat(&mut c, "evicted_scripts"), 500);
     assert_eq!(c.reply(&["SCRIPT", "EXISTS", &first]), "*1\r\n:0\r\n");
     assert_eq!(c.reply(&["EVALSHA", &kept, "0"]), "$6\r\nloaded\r\n");
+    assert_eq!(c.reply(&["EVALSHA", &promoted, "0"]), ":500\r\n");
     // EVAL of a body again caches it again, and CONFIG RESETSTAT zeroes the count.
     assert_eq!(c.reply(&["EVAL", "return 1", "0"]), ":1\r\n");
     assert_eq!(c.reply(&["EVALSHA", &second, "0"]), ":1\r\n");

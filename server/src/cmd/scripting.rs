@@ -183,6 +183,10 @@ fn cached(server: &Server, body: &[u8], origin: Origin) -> Result<Arc<Script>, C
     // Cached means compiled once without error, so it compiles here too when it
     // first runs on this thread.
     if let Some(s) = crate::script::with_body_sha(body, |sha| server.scripts.get(sha)) {
+        if origin == Origin::Load {
+            // Kept from now on if EVAL cached it (see `Scripts::insert`).
+            server.scripts.insert(s.clone(), origin);
+        }
         return Ok(s);
     }
     // Cached for good: a copy, not a slice of the read buffer it arrived in.

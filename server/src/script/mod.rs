@@ -244,13 +244,22 @@ impl Scripts {
         Some(script)
     }
 
-    /// Caches `script` unless one with its SHA1 is there already (which then
-    /// keeps its origin, as in Redis). Caching one more EVAL script when
-    /// [`EVAL_CACHE_MAX`] are cached evicts the least recently run first; returns
-    /// the cached script and how many were evicted (INFO `evicted_scripts`).
+    /// Caches `script` unless one with its SHA1 is there already. That one
+    /// stays, and if EVAL cached it and this is a SCRIPT LOAD, it is kept from
+    /// now on, as Redis 7.4 promotes it: a client that loaded a script counts on
+    /// EVALSHA finding it. Caching one more EVAL script when [`EVAL_CACHE_MAX`]
+    /// are cached evicts the least recently run first; returns the cached script
+    /// and how many were evicted (INFO `evicted_scripts`).
     pub fn insert(&self, script: Arc<Script>, origin: Origin) -> (Arc<Script>, u64) {
         let mut cache = self.cache.lock();
-        if let Some((found, _)) = cache.map.get(&script.sha) {
+        let cache = &mut *cache;
+        if let Some((found, tick)) = cache.map.get_mut(&script.sha) {
+            if origin == Origin::Load {
+                if let Some(tick) = tick.take() {
+                    cache.lru.remove(&tick);
+                    cache.bytes -= entry_bytes(found, true) - entry_bytes(found, false);
+                }
+            }
             return (found.clone(), 0);
         }
         let mut evicted = 0;
@@ -319,18 +328,26 @@ mod tests {
         scripts.insert(loaded.clone(), Origin::Eval);
         let mut expected = entry_bytes(&loaded, false);
         assert_eq!(scripts.memory(), expected);
+        // EVAL cached, then SCRIPT LOADed: off the run order from then on.
+        let promoted = script("return 'promoted'".into());
+        scripts.insert(promoted.clone(), Origin::Eval);
+        assert_eq!(scripts.memory(), expected + entry_bytes(&promoted, true));
+        scripts.insert(promoted.clone(), Origin::Load);
+        expected += entry_bytes(&promoted, false);
+        assert_eq!(scripts.memory(), expected);
         let bodies: Vec<_> = (0..EVAL_CACHE_MAX + 10)
             .map(|i| script(format!("return {i}")))
             .collect();
         for body in &bodies {
             scripts.insert(body.clone(), Origin::Eval);
         }
-        // The first ten were evicted.
+        // The first ten were evicted, and neither of the loaded ones.
         expected += bodies[10..]
             .iter()
             .map(|b| entry_bytes(b, true))
             .sum::<usize>();
-        assert_eq!(scripts.count(), EVAL_CACHE_MAX + 1);
+        assert_eq!(scripts.count(), EVAL_CACHE_MAX + 2);
+        assert!(scripts.contains(&promoted.sha) && !scripts.contains(&bodies[9].sha));
         assert_eq!(scripts.memory(), expected);
         scripts.flush();
         assert_eq!(scripts.memory(), 0);
@@ -381,13 +398,15 @@ mod tests {
         assert!(!s.contains(&script("return 1".into()).sha));
         assert!(s.contains(&loaded.sha), "SCRIPT LOAD's are never evicted");
         assert_eq!(s.count(), EVAL_CACHE_MAX + 1);
-        // Caching what is there already keeps its origin and evicts nothing.
+        // EVAL of what SCRIPT LOAD cached keeps it kept and evicts nothing, and
+        // SCRIPT LOAD of what EVAL cached keeps it from then on (Redis 7.4).
         assert_eq!(s.insert(loaded.clone(), Origin::Eval).1, 0);
+        assert_eq!(s.insert(first.clone(), Origin::Load).1, 0);
         for i in 0..EVAL_CACHE_MAX {
             s.insert(script(format!("return {i} + 1")), Origin::Eval);
         }
-        assert!(s.contains(&loaded.sha));
-        assert_eq!(s.count(), EVAL_CACHE_MAX + 1);
+        assert!(s.contains(&loaded.sha) && s.contains(&first.sha));
+        assert_eq!(s.count(), EVAL_CACHE_MAX + 2);
         s.flush();
         assert_eq!(s.count(), 0);
     }
