@@ -321,7 +321,6 @@ mod tests {
     #[test]
     fn the_cache_s_memory_follows_its_scripts() {
         let scripts = Scripts::default();
-        let script = |body: String| Arc::new(Script::new(Bytes::from(body)).unwrap());
         let loaded = script("return 'loaded'".repeat(100));
         scripts.insert(loaded.clone(), Origin::Load);
         // Cached again: no second entry.
