@@ -887,7 +887,7 @@ fn script_gate(
     args: Argv<'_>,
     resumed: Option<Instant>,
 ) -> Gate {
-    use crate::script::{Holder, SCRIPT_WAIT_IN_PLACE};
+    use crate::script::Holder;
     let scripts = &server.scripts.running;
     if !scripts.any() {
         return Gate::Go;
@@ -901,20 +901,14 @@ fn script_gate(
         return Gate::Go;
     }
     let threshold = Duration::from_millis(server.config.busy_reply_threshold.load(Relaxed));
-    let queueing = session.multi.is_some() && !spec.has(spec::NOT_QUEUED);
-    let mut in_place_until = None;
-    let held = loop {
-        let Err(held) = scripts.holder(session.id(), shards.as_deref(), threshold) else {
-            return Gate::Go;
-        };
-        // A command being queued waits for nothing (it only hears BUSY).
-        if queueing {
-            break held;
-        }
-        let until = *in_place_until.get_or_insert_with(|| Instant::now() + SCRIPT_WAIT_IN_PLACE);
-        if !held.wait_in_place(until) {
-            break held;
-        }
+    // A command being queued waits for nothing (it only hears BUSY).
+    let looked = if session.multi.is_some() && !spec.has(spec::NOT_QUEUED) {
+        scripts.holder(session.id(), shards.as_deref(), threshold)
+    } else {
+        scripts.holder_after_waiting(session.id(), shards.as_deref(), threshold)
+    };
+    let Err(held) = looked else {
+        return Gate::Go;
     };
     let busy_at = match held.standing {
         // Commands allowed while busy (UNWATCH, DISCARD …) still need their shards.

@@ -19,7 +19,7 @@ mod registry;
 pub mod runtime;
 mod sandbox;
 
-pub use registry::{Held, Holder, Kill, Registry, Running, SCRIPT_WAIT_IN_PLACE};
+pub use registry::{Held, Holder, Kill, Registry, Running};
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;

@@ -107,14 +107,20 @@ type InPlace = Option<(Arc<Running>, Instant)>;
 /// loops running scripts on one hot key that was half the server's CPU;
 /// spinning costs what is left of the other's script. A script that runs
 /// longer is waited for parked, as before, and this bounds what a command spins.
-pub const SCRIPT_WAIT_IN_PLACE: Duration = Duration::from_micros(20);
+const SCRIPT_WAIT_IN_PLACE: Duration = Duration::from_micros(20);
 
 impl Held {
+    /// [`wait_in_place`](Self::wait_in_place) until `SCRIPT_WAIT_IN_PLACE`
+    /// after the command's first look, which the first call sets in `until`.
+    fn waited(&self, until: &mut Option<Instant>) -> bool {
+        self.wait_in_place(*until.get_or_insert_with(|| Instant::now() + SCRIPT_WAIT_IN_PLACE))
+    }
+
     /// Waits in place for the scripts this command waits for while the first
     /// of them started less than [`SCRIPT_WAIT_IN_PLACE`] ago, and at most until
     /// `until`: true if the last to start ended meanwhile, and the command is to
     /// look again (and then waits no longer than `until`).
-    pub fn wait_in_place(&self, until: Instant) -> bool {
+    fn wait_in_place(&self, until: Instant) -> bool {
         let Some((latest, first)) = &self.in_place else {
             return false;
         };
@@ -266,12 +272,7 @@ impl Registry {
                     }
                 }
             };
-            if !in_place {
-                return Err(held);
-            }
-            let until =
-                *in_place_until.get_or_insert_with(|| Instant::now() + SCRIPT_WAIT_IN_PLACE);
-            if !held.wait_in_place(until) {
+            if !(in_place && held.waited(&mut in_place_until)) {
                 return Err(held);
             }
             // Unshared unless it was listed (and stepped back) meanwhile.
@@ -380,6 +381,24 @@ impl Registry {
             lists.push(self.lists[EVERYWHERE].lock());
         }
         self.check(&lists, client, threshold)
+    }
+
+    /// [`holder`](Self::holder), having first waited in place for scripts
+    /// that have just started ([`Held::wait_in_place`]), on a thread holding
+    /// no shard.
+    pub fn holder_after_waiting(
+        &self,
+        client: u64,
+        shards: Option<&[usize]>,
+        threshold: Duration,
+    ) -> Result<(), Held> {
+        let mut until = None;
+        loop {
+            match self.holder(client, shards, threshold) {
+                Err(held) if held.waited(&mut until) => {}
+                looked => return looked,
+            }
+        }
     }
 
     /// Whether any script runs now.
