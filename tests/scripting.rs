@@ -933,3 +933,141 @@ fn a_script_s_big_steps_hold_up_no_other_client() {
         ":200000000\r\n"
     );
 }
+
+/// The connections on each loop, from `INFO loops`.
+fn loop_connections(c: &mut Conn) -> Vec<u64> {
+    let info = c.reply(&["INFO", "loops"]);
+    let loops: usize = harness::info_value(&info, "loops");
+    (0..loops)
+        .map(|i| {
+            let line: String = harness::info_value(&info, &format!("loop{i}"));
+            line.strip_prefix("connections=").unwrap().parse().unwrap()
+        })
+        .collect()
+}
+
+/// Pipelines batches of 16 EVALs of `body` over `key` on `c` until `stop`
+/// (or `batches` of them), checking that each reply is above the one before
+/// (the script INCRs the key): how many scripts ran.
+fn incr_scripts(c: &mut Conn, body: &str, key: &str, stop: &AtomicBool, batches: usize) -> u64 {
+    let (mut last, mut ran) = (0, 0);
+    for _ in 0..batches {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        for _ in 0..16 {
+            c.send(&["EVAL", body, "1", key]);
+        }
+        for _ in 0..16 {
+            match c.frame() {
+                relcache_protocol::resp::Frame::Integer(v) => {
+                    assert!(v > last, "{v} after {last}: a reply lost or out of order");
+                    last = v;
+                }
+                other => panic!("EVAL answered {other:?}"),
+            }
+            ran += 1;
+        }
+    }
+    ran
+}
+
+/// Connections whose scripts keep waiting for another loop's scripts over one
+/// key move, between two requests, to the loop that key calls home
+/// (`script::affinity`): all four end on one loop, every pipelined reply came
+/// in order, the key's total is exact, and a subscription made before the move
+/// is still served after it. With `script-loop-affinity no` none moves.
+#[test]
+fn script_connections_move_to_their_key_s_loop_and_lose_nothing() {
+    let s = TestServer::start_with(&["--threads", "2"]);
+    let port = s.port;
+    // The others' loops are counted without this one, once the harness's own
+    // probe has gone.
+    let mut ctl = Conn::new(port);
+    let mine = loop {
+        let conns = loop_connections(&mut ctl);
+        assert_eq!(conns.len(), 2);
+        if conns.iter().sum::<u64>() == 1 {
+            break conns.iter().position(|&n| n == 1).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // A spin after the INCR holds the key long enough for the other loop's
+    // scripts to find it held.
+    let body = "local v = redis.call('incr', KEYS[1]) for i = 1, 3000 do end return v";
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..4)
+        .map(|i| {
+            let mut c = Conn::new(port);
+            // RESP3, subscribed: its message queue must signal whichever loop
+            // it lives on.
+            assert!(c.reply(&["HELLO", "3"]).starts_with('%'));
+            assert!(c
+                .text(&["SUBSCRIBE", &format!("news{i}")])
+                .contains("subscribe"));
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let ran = incr_scripts(&mut c, body, "hot", &stop, usize::MAX);
+                (c, ran)
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let gathered = loop {
+        let mut conns = loop_connections(&mut ctl);
+        conns[mine] -= 1;
+        // Four script connections on one loop.
+        if conns.contains(&4) {
+            break conns;
+        }
+        assert!(Instant::now() < deadline, "never gathered: {conns:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    stop.store(true, Ordering::Relaxed);
+    let mut ran = 0;
+    let mut conns = Vec::new();
+    for w in workers {
+        let (c, n) = w.join().unwrap();
+        ran += n;
+        conns.push(c);
+    }
+    let moves = harness::info_value::<u64>(&ctl.reply(&["INFO", "loops"]), "connection_moves");
+    assert!(
+        (1..=4).contains(&moves),
+        "{moves} moves, loops {gathered:?}"
+    );
+    assert_eq!(
+        ctl.reply(&["GET", "hot"]),
+        format!("${}\r\n{ran}\r\n", ran.to_string().len())
+    );
+    for (i, c) in conns.iter_mut().enumerate() {
+        let channel = format!("news{i}");
+        assert_eq!(ctl.reply(&["PUBLISH", &channel, "after"]), ":1\r\n");
+        let pushed = format!("{:?}", c.frame());
+        assert!(
+            pushed.contains(&channel) && pushed.contains("after"),
+            "{pushed}"
+        );
+    }
+
+    // Off: however long the streak, nobody moves.
+    assert_eq!(
+        ctl.reply(&["CONFIG", "SET", "script-loop-affinity", "no"]),
+        "+OK\r\n"
+    );
+    let no_stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let mut c = Conn::new(port);
+            let stop = no_stop.clone();
+            std::thread::spawn(move || incr_scripts(&mut c, body, "cold", &stop, 40))
+        })
+        .collect();
+    let ran: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    assert_eq!(
+        ctl.reply(&["GET", "cold"]),
+        format!("${}\r\n{ran}\r\n", ran.to_string().len())
+    );
+    let after = harness::info_value::<u64>(&ctl.reply(&["INFO", "loops"]), "connection_moves");
+    assert_eq!(after, moves);
+}

@@ -107,7 +107,8 @@ fn info_reports_version_and_every_section() {
             "# Cluster",
             "# Keyspace",
             "# Idsets",
-            "# Leases"
+            "# Leases",
+            "# Loops"
         ]
     );
     assert_eq!(

@@ -222,6 +222,9 @@ pub struct Config {
     pub tracking_table_max_keys: AtomicU64,
     /// Scripts may touch keys they did not declare in KEYS, taking every shard.
     pub lua_allow_undeclared_keys: AtomicBool,
+    /// A connection whose scripts keep waiting for other loops' scripts over the
+    /// same keys moves to the loop those keys call home (`script-loop-affinity`).
+    pub script_loop_affinity: AtomicBool,
     /// Keep what clients send out of the log (Redis 7.4's
     /// `hide-user-data-from-log`).
     pub hide_user_data_from_log: AtomicBool,
@@ -301,6 +304,7 @@ impl Default for Config {
             busy_reply_threshold: AtomicU64::new(5000),
             tracking_table_max_keys: AtomicU64::new(1_000_000),
             lua_allow_undeclared_keys: AtomicBool::new(false),
+            script_loop_affinity: AtomicBool::new(true),
             hide_user_data_from_log: AtomicBool::new(false),
             lazyfree_lazy_user_del: AtomicBool::new(false),
             observe_gate: crate::observe::Gate::default(),
@@ -957,6 +961,24 @@ pub static PARAMS: &[Param] = &[
         },
         set: |c, v| {
             c.lua_allow_undeclared_keys.store(yes_no(v)?, Relaxed);
+            Ok(())
+        },
+    },
+    Param {
+        name: "script-loop-affinity",
+        mutable: true,
+        protected: false,
+        help: "Move a connection whose scripts keep waiting for other loops' scripts on the same keys to the loop those keys call home (yes/no)",
+        get: |c| {
+            if c.script_loop_affinity.load(Relaxed) {
+                "yes"
+            } else {
+                "no"
+            }
+            .into()
+        },
+        set: |c, v| {
+            c.script_loop_affinity.store(yes_no(v)?, Relaxed);
             Ok(())
         },
     },

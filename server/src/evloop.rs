@@ -34,7 +34,8 @@ use std::future::Future;
 use std::io;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock, Weak};
 use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 
@@ -72,6 +73,12 @@ struct Shared {
     stopped_cv: Condvar,
     spares: Mutex<Spares>,
     spares_cv: Condvar,
+    /// Connections living on this loop now (a connection's [`Tenancy`] counts
+    /// itself here, and moves its count with it).
+    conns: Arc<AtomicUsize>,
+    /// Every loop of the server, this one among them, by index: where a
+    /// connection moves to ([`Poller::move_home`]).
+    peers: OnceLock<Box<[Weak<Shared>]>>,
     /// Most threads the loop has at once (`loop-max-threads`). Each long command
     /// running makes one more when none is spare; past this many, the next runs
     /// on the thread that polls, and the loop's other clients wait for it as
@@ -111,6 +118,10 @@ struct Inbox {
     /// Connections whose kill token fired, whose queue has messages or whose
     /// parked command was signalled: (slot, client id, which).
     signalled: Vec<(usize, u64, Cause)>,
+    /// Connections moving here from another loop ([`Poller::move_home`]),
+    /// boxed as in the slab, so a move copies a pointer, not the connection.
+    #[allow(clippy::vec_box)]
+    moving: Vec<Box<Client>>,
     stop: bool,
 }
 
@@ -260,6 +271,7 @@ impl EvLoop {
         index: usize,
         rt: tokio::runtime::Handle,
         max_threads: usize,
+        conns: Arc<AtomicUsize>,
     ) -> io::Result<EvLoop> {
         let poll = Poll::new()?;
         let waker = mio::Waker::new(poll.registry(), WAKE)?;
@@ -272,6 +284,8 @@ impl EvLoop {
             stopped_cv: Condvar::new(),
             spares: Mutex::new(Spares::default()),
             spares_cv: Condvar::new(),
+            conns,
+            peers: OnceLock::new(),
             max_threads: max_threads.max(2),
         });
         let poller = Box::new(Poller {
@@ -287,6 +301,15 @@ impl EvLoop {
         shared.spares.lock().threads += 1;
         spawn_thread(&shared, None)?;
         Ok(EvLoop { shared })
+    }
+
+    /// Tells each of `loops` (all of the server's, in index order) of the
+    /// others, so a connection can move between them.
+    pub(crate) fn link(loops: &[&EvLoop]) {
+        let peers: Box<[Weak<Shared>]> = loops.iter().map(|l| Arc::downgrade(&l.shared)).collect();
+        for l in loops {
+            let _ = l.shared.peers.set(peers.clone());
+        }
     }
 
     /// Hands connections to the loop, waking it once.
@@ -659,6 +682,9 @@ impl Poller {
             };
             self.settle(k, c, verdict);
         }
+        for c in inbox.moving {
+            self.admit_moved(c);
+        }
         for (k, id, cause) in inbox.signalled {
             self.wake_client(k, id, Some(cause));
         }
@@ -726,6 +752,85 @@ impl Poller {
         }
     }
 
+    /// Sends the connection in slot `k`, just served, to the loop its scripts
+    /// call home, if they asked to go ([`crate::script::affinity`]) and it
+    /// can: `None` once it is on its way, else the connection back.
+    ///
+    /// It goes between two passes, with nothing parked, so all that ties it to
+    /// this loop is its slot: its socket's registration, and the signals and
+    /// timer that name the slot. Those are dropped here (a signal that fires
+    /// meanwhile finds the slot empty, or another client's, and is ignored)
+    /// and made again there, as for a connection back from a hand-over: the
+    /// kill read from its token, its queue looked into, and readiness asked of
+    /// the new epoll, which reports what is ready already.
+    fn move_home(&mut self, k: usize, mut c: Box<Client>) -> Option<Box<Client>> {
+        let Some(shard) = c.conn.session.affinity.take_move() else {
+            return Some(c);
+        };
+        let Some(peers) = self.shared.peers.get() else {
+            return Some(c);
+        };
+        let home = shard % peers.len();
+        let movable = home != self.shared.index
+            && !c.killed
+            && c.conn.park_waiting().is_none()
+            && c.server.config.script_loop_affinity.load(Relaxed);
+        let Some(to) = movable.then(|| peers[home].upgrade()).flatten() else {
+            return Some(c);
+        };
+        if self.poll.registry().deregister(&mut c.sock.stream).is_err() {
+            return Some(c);
+        }
+        self.clients.remove(k);
+        c.kill = None;
+        c.messages = None;
+        c.listening = None;
+        c.park = None;
+        c.timer = None;
+        c.due = false;
+        c.queued = false;
+        c.tenancy.move_to(&to.conns);
+        c.server.stats.connection_moves.incr();
+        let first = {
+            let mut inbox = to.inbox.lock();
+            inbox.moving.push(c);
+            inbox.moving.len() == 1
+        };
+        if first {
+            let _ = to.waker.wake();
+        }
+        None
+    }
+
+    /// Takes on a connection another loop sent ([`move_home`](Self::move_home)).
+    fn admit_moved(&mut self, mut c: Box<Client>) {
+        let entry = self.clients.vacant_entry();
+        let k = entry.key();
+        let registered = self.poll.registry().register(
+            &mut c.sock.stream,
+            Token(k),
+            Interest::READABLE | Interest::WRITABLE,
+        );
+        if let Err(e) = registered {
+            tracing::warn!(error = %e, "cannot serve a connection that moved");
+            c.conn.finish(&c.server, Closed::Normal);
+            return;
+        }
+        entry.insert(None);
+        let id = c.conn.info().id;
+        let mut kill = Box::pin(c.conn.info().kill.clone().cancelled_owned());
+        let signal = Signal::waker(&self.shared, k, id, Cause::Killed);
+        c.killed |= kill
+            .as_mut()
+            .poll(&mut Context::from_waker(&signal))
+            .is_ready();
+        c.kill = Some(kill);
+        c.messages_due = c.conn.queue().is_some();
+        c.sock.readable.set(true);
+        c.sock.writable.set(true);
+        self.settle(k, c, Verdict::Again);
+    }
+
     /// Queues client `id` in slot `k` to be served, if it is still there, with
     /// what signalled it.
     fn wake_client(&mut self, k: usize, id: u64, cause: Option<Cause>) {
@@ -757,6 +862,12 @@ impl Poller {
 
     /// Puts a connection that was served back in its slot, or lets it go.
     fn settle(&mut self, k: usize, mut c: Box<Client>, verdict: Verdict) {
+        if matches!(verdict, Verdict::Wait | Verdict::Again) {
+            c = match self.move_home(k, c) {
+                Some(stays) => stays,
+                None => return,
+            };
+        }
         let verdict = match verdict {
             // Messages that came while it was served are written now, and a
             // parked command whose signal came runs again.

@@ -56,6 +56,7 @@ pub async fn run(
     let tracker = TaskTracker::new();
     let max_threads = server.config.loop_max_threads.load(Relaxed) as usize;
     let loops = Arc::new(Loops::start(loops, max_threads)?);
+    let _ = server.loop_connections.set(loops.connections());
     let accepting: Vec<_> = listeners
         .into_iter()
         .map(|l| {

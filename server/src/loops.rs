@@ -3,7 +3,9 @@
 //! for a lingering close and the tasks commands spawn. A connection is handed
 //! to the core with the fewest connections when it is accepted and lives on its
 //! event loop until it closes, as in Redis's I/O threads, Pelikan's workers or
-//! Dragonfly's shards.
+//! Dragonfly's shards, unless its scripts keep waiting for other loops' scripts
+//! over the same keys: then it moves to the loop those keys call home
+//! ([`crate::script::affinity`]), as Dragonfly moves a script's connection.
 //!
 //! One runtime with a worker per core (tokio's work-stealing scheduler) cost ~15%
 //! more CPU per pipelined GET than a single worker serving the same load (1.3×
@@ -45,7 +47,16 @@ struct Loop {
 /// and the core counts its tenancies.
 pub(crate) struct Tenancy {
     _tracked: TaskTrackerToken,
-    _leaving: Leaving,
+    leaving: Leaving,
+}
+
+impl Tenancy {
+    /// The connection moved to the core counting its connections in `conns`.
+    pub(crate) fn move_to(&mut self, conns: &Arc<AtomicUsize>) {
+        conns.fetch_add(1, Relaxed);
+        // The old count's drop takes it off the core it left.
+        self.leaving = Leaving(conns.clone());
+    }
 }
 
 pub struct Loops {
@@ -72,15 +83,18 @@ impl Loops {
                     .thread_name(format!("relcache-io-{i}"))
                     .enable_all()
                     .build()?;
-                let ev = EvLoop::start(i, rt.handle().clone(), max_threads)?;
-                Ok(Loop {
-                    rt,
-                    ev,
-                    conns: Arc::new(AtomicUsize::new(0)),
-                })
+                let conns = Arc::new(AtomicUsize::new(0));
+                let ev = EvLoop::start(i, rt.handle().clone(), max_threads, conns.clone())?;
+                Ok(Loop { rt, ev, conns })
             })
-            .collect::<io::Result<_>>()?;
+            .collect::<io::Result<Vec<_>>>()?;
+        EvLoop::link(&loops.iter().map(|l| &l.ev).collect::<Vec<_>>());
         Ok(Loops { loops })
+    }
+
+    /// How many connections live on each loop now, by loop.
+    pub fn connections(&self) -> Box<[Arc<AtomicUsize>]> {
+        self.loops.iter().map(|l| l.conns.clone()).collect()
     }
 
     /// Serves each of `conns` on the event loop of the core with the fewest
@@ -100,7 +114,7 @@ impl Loops {
                 info,
                 tenancy: Tenancy {
                     _tracked: tracker.token(),
-                    _leaving: leaving,
+                    leaving,
                 },
             });
         }

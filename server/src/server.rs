@@ -48,6 +48,10 @@ pub struct Server {
     pub persist: crate::persist::State,
     /// Cluster mode: this node's view of the cluster (inert when disabled).
     pub cluster: crate::cluster::Cluster,
+    /// The connections living on each client loop now, by loop (INFO loops);
+    /// set once the loops start.
+    pub loop_connections:
+        std::sync::OnceLock<Box<[std::sync::Arc<std::sync::atomic::AtomicUsize>]>>,
 }
 
 impl Server {
@@ -91,6 +95,7 @@ impl Server {
             startup_memory: crate::alloc::allocated().unwrap_or(0),
             persist: crate::persist::State::default(),
             cluster: crate::cluster::Cluster::default(),
+            loop_connections: std::sync::OnceLock::new(),
         }
     }
 

@@ -315,6 +315,9 @@ pub struct Session {
     pub readonly: bool,
     /// The command this connection sent last, to skip looking its name up again.
     pub last_command: crate::cmd::LastCommand,
+    /// Its scripts' run of waits for other clients' scripts, which may move it
+    /// to another loop.
+    pub affinity: crate::script::affinity::Affinity,
 }
 
 impl ClientInfo {
@@ -339,6 +342,7 @@ impl Session {
             asking: false,
             readonly: false,
             last_command: Default::default(),
+            affinity: Default::default(),
         }
     }
 

@@ -138,6 +138,9 @@ pub struct Stats {
     /// Sequenced idset changes that arrived after a later one, each dropping its
     /// key (see `IdSet::order`).
     pub idset_late_changes: Counter,
+    /// Connections moved to the loop their scripts' keys call home (see
+    /// `script::affinity`).
+    pub connection_moves: Counter,
     /// Connections parked in a blocking command right now (a gauge).
     pub blocked_clients: Gauge,
 }
@@ -170,6 +173,7 @@ impl Stats {
             &self.lease_lapses,
             &self.lease_refusals,
             &self.idset_late_changes,
+            &self.connection_moves,
         ] {
             c.reset();
         }

@@ -1,5 +1,5 @@
 //! INFO: Redis 7.4's sections, field names and order, so tools that scrape it work
-//! unchanged, plus relcache's own `idsets` and `leases` sections.
+//! unchanged, plus relcache's own `idsets`, `leases` and `loops` sections.
 //!
 //! What relcache does not have, it reports truthfully rather than inventing: no
 //! append-only file (`aof_*` stay at zero), no replication (`role:master`, no
@@ -47,12 +47,13 @@ enum Section {
     Keyspace,
     Idsets,
     Leases,
+    Loops,
 }
 
 /// Every section in Redis's output order: (section, name as selected, header,
 /// part of the default set). The reply follows this order whatever order the
 /// client asked in.
-const SECTIONS: [(Section, &str, &str, bool); 15] = [
+const SECTIONS: [(Section, &str, &str, bool); 16] = [
     (Section::Server, "server", "Server", true),
     (Section::Clients, "clients", "Clients", true),
     (Section::Memory, "memory", "Memory", true),
@@ -68,6 +69,7 @@ const SECTIONS: [(Section, &str, &str, bool); 15] = [
     (Section::Keyspace, "keyspace", "Keyspace", true),
     (Section::Idsets, "idsets", "Idsets", true),
     (Section::Leases, "leases", "Leases", true),
+    (Section::Loops, "loops", "Loops", true),
 ];
 
 /// Which sections `INFO args…` selects. Unknown names select nothing (Redis
@@ -131,6 +133,7 @@ fn info(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
             }
             Section::Idsets => info_idsets(ctx.server, &mut out),
             Section::Leases => info_leases(ctx.server, &mut out),
+            Section::Loops => info_loops(ctx.server, &mut out),
             Section::Errorstats => observe::errorstats(ctx.server, &mut out),
             Section::Latencystats => observe::latencystats(ctx.server, &mut out),
             Section::Modules => {}
@@ -140,6 +143,17 @@ fn info(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
         format: *b"txt",
         text: Bytes::from(out),
     })
+}
+
+/// relcache's own section: the client loops, the connections on each, and how
+/// many moved to the loop their scripts' keys call home (see `script::affinity`).
+fn info_loops(server: &Server, out: &mut String) {
+    let loops = server.loop_connections.get().map_or(&[][..], |l| &l[..]);
+    field(out, "loops", loops.len());
+    field(out, "connection_moves", server.stats.connection_moves.get());
+    for (i, conns) in loops.iter().enumerate() {
+        let _ = write!(out, "loop{i}:connections={}\r\n", conns.load(Relaxed));
+    }
 }
 
 /// relcache's own section: the read-through leases (see `db::lease`).

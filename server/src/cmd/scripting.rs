@@ -267,18 +267,31 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], script: &Script, ro: bool
     // Inside EXEC nothing may wait (the transaction holds its locks); EXEC
     // waited for these shards, so this is a script that started since. Nor may
     // one given locks wait in place: the script it waits for may wait for them.
+    // Where a run of scripts that wait for others' would rather be (see
+    // `script::affinity`): counted once a script, not again as it runs again
+    // after a park, and not in EXEC or under given locks, where none waits.
+    let home = shards.as_deref().and_then(|s| s.first().copied());
+    let counts = !given_view && ctx.resumed().is_none();
     let registered =
         match server
             .scripts
             .running
             .try_start(ctx.session.id(), shards, threshold, !given_view)
         {
-            Ok(registered) => registered,
+            Ok(registered) => {
+                if counts {
+                    ctx.session.affinity.note(home, registered.contended);
+                }
+                registered
+            }
             Err(Held {
                 standing: Holder::Running { busy_at },
                 wake,
                 ..
             }) if !in_exec => {
+                if counts {
+                    ctx.session.affinity.note(home, true);
+                }
                 ctx.park(super::script_wait(wake, busy_at));
                 return Ok(Frame::Null);
             }

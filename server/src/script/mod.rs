@@ -8,10 +8,13 @@
 //!   from any connection);
 //! - [`registry`]: the scripts running now, by the shards they hold, which BUSY
 //!   and SCRIPT KILL consult;
+//! - [`affinity`]: a connection's run of scripts that waited for others', which
+//!   moves it to the loop their keys call home;
 //! - [`runtime`]: one Lua state per worker thread, compiled functions cached in it;
 //! - [`sandbox`] and [`convert`]: what a script can reach, and how replies become
 //!   Lua values and back.
 
+pub mod affinity;
 pub mod convert;
 mod interrupt;
 mod libs;

@@ -63,6 +63,9 @@ pub struct Running {
 pub struct Registered<'r> {
     registry: &'r Registry,
     pub running: Arc<Running>,
+    /// Another client's script held one of its shards at a look before it
+    /// started (it waited in place, or stepped back and looked again).
+    pub contended: bool,
 }
 
 impl Drop for Registered<'_> {
@@ -235,6 +238,7 @@ impl Registry {
             s
         });
         let mut in_place_until = None;
+        let mut contended = false;
         loop {
             let r = Arc::new(Running {
                 client,
@@ -256,6 +260,7 @@ impl Registry {
                     return Ok(Registered {
                         registry: self,
                         running: r,
+                        contended,
                     });
                 }
                 Err(NotStarted::Held(held)) => held,
@@ -272,6 +277,7 @@ impl Registry {
                     }
                 }
             };
+            contended = true;
             if !(in_place && held.waited(&mut in_place_until)) {
                 return Err(held);
             }

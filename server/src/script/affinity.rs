@@ -1,0 +1,101 @@
+//! Which loop a connection's scripts would rather run on.
+//!
+//! A script holds its keys' shards while it runs, so two loops running scripts
+//! over one hot key take turns: one runs while the other spins on it or parks,
+//! and the key's lines go back and forth between the cores. On two loops that
+//! cost more than twice the CPU a request of one loop serving every such client
+//! (`EVAL … 1 hot` at `-P 16`, 10,500 ns against 4,700). So a connection whose
+//! scripts keep finding their shards held moves, between two requests, to the
+//! loop their keys call home, as Dragonfly moves a connection to the thread of
+//! its script's keys (`migrate_connections`). The home is a function of the
+//! shard alone, the same for every client: the clients of a hot key gather on
+//! one loop and stop meeting across cores, and clients of two hot keys whose
+//! homes differ stay spread over both. A streak is asked for, not one meeting:
+//! with keys spread over the shards, a script meets another on its shards about
+//! once in [`crate::db::SHARDS`], and a streak of them by chance next to never.
+//!
+//! This module keeps the streak, in the session; the loop asks
+//! [`Affinity::take_move`] after serving a connection, and decides where home
+//! is and whether the connection can go (see `evloop`).
+
+/// How many scripts in a row, each over the same first shard, must find it held
+/// by another client's script before their connection moves.
+pub const STREAK: u32 = 4;
+
+/// A connection's run of scripts that had to wait for another client's.
+#[derive(Debug, Default)]
+pub struct Affinity {
+    /// The first (lowest) shard of the scripts in the streak.
+    shard: usize,
+    streak: u32,
+}
+
+impl Affinity {
+    /// A script over `first_shard` (`None`: no shard, or every shard) has
+    /// started, or parked; `contended`: another client's script held one of its
+    /// shards when it looked.
+    pub fn note(&mut self, first_shard: Option<usize>, contended: bool) {
+        match first_shard {
+            Some(shard) if contended => {
+                if self.streak == 0 || shard != self.shard {
+                    self.shard = shard;
+                    self.streak = 0;
+                }
+                self.streak = self.streak.saturating_add(1);
+            }
+            _ => self.streak = 0,
+        }
+    }
+
+    /// The shard whose home the connection should move to, once a streak is
+    /// long enough; the streak starts again either way.
+    pub fn take_move(&mut self) -> Option<usize> {
+        if self.streak < STREAK {
+            return None;
+        }
+        self.streak = 0;
+        Some(self.shard)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_streak_on_one_shard_asks_for_a_move_once() {
+        let mut a = Affinity::default();
+        for _ in 0..STREAK - 1 {
+            a.note(Some(7), true);
+            assert_eq!(a.take_move(), None);
+        }
+        a.note(Some(7), true);
+        assert_eq!(a.take_move(), Some(7));
+        assert_eq!(a.take_move(), None, "the streak starts again");
+    }
+
+    #[test]
+    fn a_script_that_found_its_shards_free_or_others_breaks_the_streak() {
+        let mut a = Affinity::default();
+        for _ in 0..STREAK - 1 {
+            a.note(Some(7), true);
+        }
+        a.note(Some(7), false);
+        a.note(Some(7), true);
+        assert_eq!(a.take_move(), None);
+
+        // Alternating between two hot keys never settles on one home.
+        for i in 0..10 * STREAK {
+            a.note(Some(if i % 2 == 0 { 3 } else { 4 }), true);
+            assert_eq!(a.take_move(), None);
+        }
+
+        // Nor do scripts over no shard or every shard, which have no home.
+        for _ in 0..STREAK - 1 {
+            a.note(Some(9), true);
+        }
+        a.note(None, true);
+        a.note(Some(9), true);
+        assert_eq!(a.take_move(), None);
+    }
+}
