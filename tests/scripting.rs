@@ -972,51 +972,105 @@ fn incr_scripts(c: &mut Conn, body: &str, key: &str, stop: &AtomicBool, batches:
     ran
 }
 
-/// Connections whose scripts keep waiting for another loop's scripts over one
-/// key move, between two requests, to the loop that key calls home
-/// (`script::affinity`): all four end on one loop, every pipelined reply came
-/// in order, the key's total is exact, and a subscription made before the move
-/// is still served after it. With `script-loop-affinity no` none moves.
-#[test]
-fn script_connections_move_to_their_key_s_loop_and_lose_nothing() {
-    let s = TestServer::start_with(&["--threads", "2"]);
-    let port = s.port;
-    // The others' loops are counted without this one, once the harness's own
-    // probe has gone.
-    let mut ctl = Conn::new(port);
-    let mine = loop {
-        let conns = loop_connections(&mut ctl);
-        assert_eq!(conns.len(), 2);
+/// The loop `ctl` is on, once it is the only connection left (one closed a
+/// moment ago may still be counted).
+fn only_connection_s_loop(ctl: &mut Conn) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let conns = loop_connections(ctl);
         if conns.iter().sum::<u64>() == 1 {
-            break conns.iter().position(|&n| n == 1).unwrap();
+            return conns.iter().position(|&n| n == 1).unwrap();
         }
+        assert!(
+            Instant::now() < deadline,
+            "{conns:?} connections, one expected"
+        );
         std::thread::sleep(Duration::from_millis(10));
-    };
+    }
+}
+
+/// Four connections, each on a thread of its own, running scripts that INCR
+/// `key` until `stop` or `batches`; each RESP3 and subscribed to `news<i>`.
+fn script_workers(
+    port: u16,
+    key: &'static str,
+    stop: &Arc<AtomicBool>,
+    batches: usize,
+) -> Vec<std::thread::JoinHandle<(Conn, u64)>> {
     // A spin after the INCR holds the key long enough for the other loop's
     // scripts to find it held.
     let body = "local v = redis.call('incr', KEYS[1]) for i = 1, 3000 do end return v";
-    let stop = Arc::new(AtomicBool::new(false));
-    let workers: Vec<_> = (0..4)
+    (0..4)
         .map(|i| {
             let mut c = Conn::new(port);
-            // RESP3, subscribed: its message queue must signal whichever loop
-            // it lives on.
+            // Its message queue must signal whichever loop it lives on.
             assert!(c.reply(&["HELLO", "3"]).starts_with('%'));
             assert!(c
                 .text(&["SUBSCRIBE", &format!("news{i}")])
                 .contains("subscribe"));
             let stop = stop.clone();
             std::thread::spawn(move || {
-                let ran = incr_scripts(&mut c, body, "hot", &stop, usize::MAX);
+                let ran = incr_scripts(&mut c, body, key, &stop, batches);
                 (c, ran)
             })
         })
+        .collect()
+}
+
+/// Joins `workers`: their connections, and how many scripts they ran.
+fn join_workers(workers: Vec<std::thread::JoinHandle<(Conn, u64)>>) -> (Vec<Conn>, u64) {
+    let mut ran = 0;
+    let conns = workers
+        .into_iter()
+        .map(|w| {
+            let (c, n) = w.join().unwrap();
+            ran += n;
+            c
+        })
         .collect();
+    (conns, ran)
+}
+
+/// Connections whose scripts keep waiting for another loop's scripts over one
+/// key move, between two passes, to the loop that key calls home
+/// (`script::affinity`): with `script-loop-affinity no` four such connections
+/// stay spread over both loops; with it on (the default) they end on one, and
+/// in both every pipelined reply came in order, the key's total is exact, and
+/// a subscription made before a move is served after it.
+#[test]
+fn script_connections_move_to_their_key_s_loop_and_lose_nothing() {
+    let s = TestServer::start_with(&["--threads", "2", "--script-loop-affinity", "no"]);
+    let port = s.port;
+    let mut ctl = Conn::new(port);
+    only_connection_s_loop(&mut ctl);
+    let moves = |ctl: &mut Conn| {
+        harness::info_value::<u64>(&ctl.reply(&["INFO", "loops"]), "connection_moves")
+    };
+
+    // Off: spread by fewest connections, and there they stay.
+    let never = Arc::new(AtomicBool::new(false));
+    let (conns, ran) = join_workers(script_workers(port, "cold", &never, 40));
+    assert_eq!(
+        ctl.reply(&["GET", "cold"]),
+        format!("${}\r\n{ran}\r\n", ran.to_string().len())
+    );
+    assert_eq!(moves(&mut ctl), 0);
+    let spread = loop_connections(&mut ctl);
+    assert!(spread.iter().all(|&n| n <= 3), "{spread:?}");
+    drop(conns);
+    let mine = only_connection_s_loop(&mut ctl);
+
+    // On: the same four gather on the key's loop.
+    assert_eq!(
+        ctl.reply(&["CONFIG", "SET", "script-loop-affinity", "yes"]),
+        "+OK\r\n"
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers = script_workers(port, "hot", &stop, usize::MAX);
     let deadline = Instant::now() + Duration::from_secs(60);
     let gathered = loop {
         let mut conns = loop_connections(&mut ctl);
         conns[mine] -= 1;
-        // Four script connections on one loop.
         if conns.contains(&4) {
             break conns;
         }
@@ -1024,17 +1078,11 @@ fn script_connections_move_to_their_key_s_loop_and_lose_nothing() {
         std::thread::sleep(Duration::from_millis(20));
     };
     stop.store(true, Ordering::Relaxed);
-    let mut ran = 0;
-    let mut conns = Vec::new();
-    for w in workers {
-        let (c, n) = w.join().unwrap();
-        ran += n;
-        conns.push(c);
-    }
-    let moves = harness::info_value::<u64>(&ctl.reply(&["INFO", "loops"]), "connection_moves");
+    let (mut conns, ran) = join_workers(workers);
+    let moved = moves(&mut ctl);
     assert!(
-        (1..=4).contains(&moves),
-        "{moves} moves, loops {gathered:?}"
+        (1..=4).contains(&moved),
+        "{moved} moves, loops {gathered:?}"
     );
     assert_eq!(
         ctl.reply(&["GET", "hot"]),
@@ -1049,25 +1097,4 @@ fn script_connections_move_to_their_key_s_loop_and_lose_nothing() {
             "{pushed}"
         );
     }
-
-    // Off: however long the streak, nobody moves.
-    assert_eq!(
-        ctl.reply(&["CONFIG", "SET", "script-loop-affinity", "no"]),
-        "+OK\r\n"
-    );
-    let no_stop = Arc::new(AtomicBool::new(false));
-    let workers: Vec<_> = (0..4)
-        .map(|_| {
-            let mut c = Conn::new(port);
-            let stop = no_stop.clone();
-            std::thread::spawn(move || incr_scripts(&mut c, body, "cold", &stop, 40))
-        })
-        .collect();
-    let ran: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
-    assert_eq!(
-        ctl.reply(&["GET", "cold"]),
-        format!("${}\r\n{ran}\r\n", ran.to_string().len())
-    );
-    let after = harness::info_value::<u64>(&ctl.reply(&["INFO", "loops"]), "connection_moves");
-    assert_eq!(after, moves);
 }

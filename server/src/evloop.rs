@@ -16,9 +16,11 @@
 //! UNBLOCK): each is a future polled with a waker that queues the connection's
 //! slot in the loop's inbox and wakes it through [`mio::Waker`] ([`Signal`]).
 //! The idle timeout, the soft output limit and a parked command's recheck are
-//! a timer heap. A connection lives on its loop until it closes; only one that
-//! broke the protocol goes to a task of its core's tokio runtime, for its
-//! lingering close ([`crate::conn::task`]).
+//! a timer heap. A connection lives on its loop until it closes, unless its
+//! scripts keep waiting for another loop's over one key: then it moves,
+//! between two passes, to the loop that key's shard calls home
+//! ([`crate::script::affinity`]). One that broke the protocol goes to a task of
+//! its core's tokio runtime, for its lingering close ([`crate::conn::task`]).
 //!
 //! Long work ([`crate::offload`]) does what tokio's `block_in_place` does for a
 //! runtime worker: the thread running it gives the loop to a spare thread, which
@@ -764,18 +766,22 @@ impl Poller {
     /// kill read from its token, its queue looked into, and readiness asked of
     /// the new epoll, which reports what is ready already.
     fn move_home(&mut self, k: usize, mut c: Box<Client>) -> Option<Box<Client>> {
-        let Some(shard) = c.conn.session.affinity.take_move() else {
+        let Some(shard) = c.conn.session.affinity.wants_move() else {
             return Some(c);
         };
-        let Some(peers) = self.shared.peers.get() else {
+        // A script that waited parked: it goes once the command has run again
+        // and answered, at a later pass.
+        if c.killed || c.conn.park_waiting().is_some() {
             return Some(c);
-        };
-        let home = shard % peers.len();
-        let movable = home != self.shared.index
-            && !c.killed
-            && c.conn.park_waiting().is_none()
-            && c.server.config.script_loop_affinity.load(Relaxed);
-        let Some(to) = movable.then(|| peers[home].upgrade()).flatten() else {
+        }
+        c.conn.session.affinity.clear();
+        let to = self.shared.peers.get().and_then(|peers| {
+            let home = shard % peers.len();
+            let go =
+                home != self.shared.index && c.server.config.script_loop_affinity.load(Relaxed);
+            go.then(|| peers[home].upgrade()).flatten()
+        });
+        let Some(to) = to else {
             return Some(c);
         };
         if self.poll.registry().deregister(&mut c.sock.stream).is_err() {

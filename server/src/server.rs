@@ -6,7 +6,8 @@
 //! background loop ([`crate::cron`]) are built on it, not in it.
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
@@ -50,8 +51,7 @@ pub struct Server {
     pub cluster: crate::cluster::Cluster,
     /// The connections living on each client loop now, by loop (INFO loops);
     /// set once the loops start.
-    pub loop_connections:
-        std::sync::OnceLock<Box<[std::sync::Arc<std::sync::atomic::AtomicUsize>]>>,
+    pub loop_connections: OnceLock<Box<[Arc<AtomicUsize>]>>,
 }
 
 impl Server {
@@ -95,7 +95,7 @@ impl Server {
             startup_memory: crate::alloc::allocated().unwrap_or(0),
             persist: crate::persist::State::default(),
             cluster: crate::cluster::Cluster::default(),
-            loop_connections: std::sync::OnceLock::new(),
+            loop_connections: OnceLock::new(),
         }
     }
 

@@ -264,14 +264,14 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], script: &Script, ro: bool
     // then waits (in place for a script just started, else parked), or hears
     // BUSY, instead of queueing on the lock.
     let threshold = Duration::from_millis(server.config.busy_reply_threshold.load(Relaxed));
+    // The shards scripts wait for, counted toward moving the connection to the
+    // loop they call home (`script::affinity`): once a script, not again as it
+    // runs again after a park, and not in EXEC or under given locks, where
+    // none waits.
+    let counts = !given_view && ctx.resumed().is_none();
     // Inside EXEC nothing may wait (the transaction holds its locks); EXEC
     // waited for these shards, so this is a script that started since. Nor may
     // one given locks wait in place: the script it waits for may wait for them.
-    // Where a run of scripts that wait for others' would rather be (see
-    // `script::affinity`): counted once a script, not again as it runs again
-    // after a park, and not in EXEC or under given locks, where none waits.
-    let home = shards.as_deref().and_then(|s| s.first().copied());
-    let counts = !given_view && ctx.resumed().is_none();
     let registered =
         match server
             .scripts
@@ -280,17 +280,18 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], script: &Script, ro: bool
         {
             Ok(registered) => {
                 if counts {
-                    ctx.session.affinity.note(home, registered.contended);
+                    ctx.session.affinity.note(registered.waited_on);
                 }
                 registered
             }
             Err(Held {
                 standing: Holder::Running { busy_at },
                 wake,
+                shard,
                 ..
             }) if !in_exec => {
                 if counts {
-                    ctx.session.affinity.note(home, true);
+                    ctx.session.affinity.note(shard);
                 }
                 ctx.park(super::script_wait(wake, busy_at));
                 return Ok(Frame::Null);

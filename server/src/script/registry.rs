@@ -63,9 +63,10 @@ pub struct Running {
 pub struct Registered<'r> {
     registry: &'r Registry,
     pub running: Arc<Running>,
-    /// Another client's script held one of its shards at a look before it
-    /// started (it waited in place, or stepped back and looked again).
-    pub contended: bool,
+    /// The shard another client's script held at the last look before it
+    /// started that found one held (it waited in place for it): what
+    /// [`super::affinity`] counts.
+    pub waited_on: Option<usize>,
 }
 
 impl Drop for Registered<'_> {
@@ -95,6 +96,9 @@ pub struct Held {
     /// so that a script's end wakes the channel only when someone may wait on it
     /// (see [`Registry::left`]).
     pub wake: tokio::sync::watch::Receiver<()>,
+    /// The first of the command's shards that another client's script holds;
+    /// `None` if only a script over no shard or every shard holds it.
+    pub shard: Option<usize>,
     in_place: InPlace,
 }
 
@@ -238,7 +242,7 @@ impl Registry {
             s
         });
         let mut in_place_until = None;
-        let mut contended = false;
+        let mut waited_on = None;
         loop {
             let r = Arc::new(Running {
                 client,
@@ -260,7 +264,7 @@ impl Registry {
                     return Ok(Registered {
                         registry: self,
                         running: r,
-                        contended,
+                        waited_on,
                     });
                 }
                 Err(NotStarted::Held(held)) => held,
@@ -277,7 +281,7 @@ impl Registry {
                     }
                 }
             };
-            contended = true;
+            waited_on = held.shard;
             if !(in_place && held.waited(&mut in_place_until)) {
                 return Err(held);
             }
@@ -290,10 +294,11 @@ impl Registry {
     /// its lists if no other client's script there holds them, and then unless
     /// one over every shard runs.
     fn start_in_lists(&self, r: &Arc<Running>, threshold: Duration) -> Result<(), NotStarted> {
-        let mut lists = self.lock(lists_of(r.shards.as_deref()));
+        let which = lists_of(r.shards.as_deref());
+        let mut lists = self.lock(which);
         // Scripts over no shard hold nothing of each other's.
         if r.shards.as_deref() != Some(&[]) {
-            self.check(&lists, r.client, threshold)
+            self.check(&lists, |i| which[i], r.client, threshold)
                 .map_err(NotStarted::Held)?;
         }
         for list in &mut lists {
@@ -317,8 +322,13 @@ impl Registry {
     fn start_everywhere(&self, r: &Arc<Running>, threshold: Duration) -> Result<(), NotStarted> {
         {
             let mut list = self.lists[EVERYWHERE].lock();
-            self.check(std::slice::from_ref(&list), r.client, threshold)
-                .map_err(NotStarted::Held)?;
+            self.check(
+                std::slice::from_ref(&list),
+                |_| EVERYWHERE,
+                r.client,
+                threshold,
+            )
+            .map_err(NotStarted::Held)?;
             list.push(r.clone());
             self.everywhere.fetch_add(1, SeqCst);
             self.active.fetch_add(1, SeqCst);
@@ -368,7 +378,7 @@ impl Registry {
             return Ok(());
         }
         let Some(mut shards) = shards else {
-            return self.check(&self.lock_all(), client, threshold);
+            return self.check(&self.lock_all(), |i| i, client, threshold);
         };
         // A command's keys, as it lists them: in any order, maybe repeated.
         let sorted: SmallVec<[usize; 8]>;
@@ -386,7 +396,12 @@ impl Registry {
         if self.everywhere.load(SeqCst) != 0 {
             lists.push(self.lists[EVERYWHERE].lock());
         }
-        self.check(&lists, client, threshold)
+        self.check(
+            &lists,
+            |i| shards.get(i).copied().unwrap_or(EVERYWHERE),
+            client,
+            threshold,
+        )
     }
 
     /// [`holder`](Self::holder), having first waited in place for scripts
@@ -457,11 +472,13 @@ impl Registry {
         self.lists.iter().map(|l| l.lock()).collect()
     }
 
-    /// [`standing`] over the scripts in `lists`, and if one holds the command, a
-    /// subscription to the scripts' ends taken while `lists` are still locked.
+    /// [`standing`] over the scripts in `lists` (`list(i)`: which list
+    /// `lists[i]` is), and if one holds the command, a subscription to the
+    /// scripts' ends taken while `lists` are still locked.
     fn check(
         &self,
         lists: &[MutexGuard<'_, List>],
+        list: impl Fn(usize) -> usize,
         client: u64,
         threshold: Duration,
     ) -> Result<(), Held> {
@@ -470,6 +487,11 @@ impl Registry {
             Some((standing, in_place)) => Err(Held {
                 standing,
                 wake: self.ended.subscribe(),
+                shard: lists
+                    .iter()
+                    .position(|l| others(l, client))
+                    .map(list)
+                    .filter(|&s| s < SHARDS),
                 in_place,
             }),
         }
@@ -566,6 +588,30 @@ mod tests {
             "a script's end wakes those it held"
         );
         assert_eq!(s.kill(), Kill::NotBusy);
+        assert!(!s.any());
+    }
+
+    #[test]
+    fn a_held_command_learns_which_of_its_shards_is_held() {
+        let s = Registry::default();
+        let hour = Duration::from_secs(3600);
+        let shard = |held: Result<(), Held>| held.unwrap_err().shard;
+        let pair = s.try_start(1, Some(vec![3, 9]), hour, false).unwrap();
+        assert_eq!(pair.waited_on, None, "it found its shards free");
+        assert_eq!(shard(s.holder(2, Some(&[9, 12]), hour)), Some(9));
+        assert_eq!(shard(s.holder(2, Some(&[1, 3, 9]), hour)), Some(3));
+        assert_eq!(shard(s.holder(2, None, hour)), Some(3));
+        let refused = s.try_start(2, Some(vec![12, 9]), hour, false);
+        assert_eq!(refused.err().and_then(|h| h.shard), Some(9));
+        drop(pair);
+
+        // A script over every shard or none has no shard of its own to report.
+        let every = s.try_start(1, None, hour, false).unwrap();
+        assert_eq!(shard(s.holder(2, Some(&[4]), hour)), None);
+        drop(every);
+        let keyless = s.try_start(1, Some(vec![]), hour, false).unwrap();
+        assert_eq!(shard(s.holder(2, None, hour)), None);
+        drop(keyless);
         assert!(!s.any());
     }
 
