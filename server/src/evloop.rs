@@ -49,7 +49,7 @@ use tokio::time::Instant;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use crate::blocking;
-use crate::conn::{task, Closed, Conn, Pass, Socket};
+use crate::conn::{task, Closed, Conn, Pass, Ran as Replies, Socket};
 use crate::loops::Tenancy;
 use crate::server::Server;
 
@@ -248,6 +248,14 @@ enum Verdict {
     Linger,
 }
 
+/// What serving a connection came to before its replies went out.
+enum Served {
+    Settled(Verdict),
+    /// It ran requests: their replies go out once the round's other ready
+    /// connections have run theirs ([`Poller::write_replies`]).
+    Replies(Replies),
+}
+
 /// The loop itself: owned by the one thread that polls.
 struct Poller {
     shared: Arc<Shared>,
@@ -257,6 +265,9 @@ struct Poller {
     /// given the loop away): the slot stays taken until it comes back.
     clients: Slab<Option<Box<Client>>>,
     ready: VecDeque<usize>,
+    /// Connections served this round whose replies wait to be written, out of
+    /// their slots as while they are served.
+    replies: Vec<(usize, Box<Client>, Replies)>,
     timers: BinaryHeap<Reverse<(Instant, usize, u64)>>,
 }
 
@@ -296,6 +307,7 @@ impl EvLoop {
             events: Events::with_capacity(EVENTS),
             clients: Slab::new(),
             ready: VecDeque::new(),
+            replies: Vec::new(),
             timers: BinaryHeap::new(),
         });
         shared.spares.lock().threads += 1;
@@ -511,6 +523,14 @@ enum Ran {
 /// Polls and serves until the loop is stopped or this thread gives it away.
 fn run(shared: &Shared, mut p: Box<Poller>) -> Ran {
     loop {
+        // The last round's replies, written after all its requests had run, as
+        // Redis writes in `beforeSleep`: a client with several connections
+        // ready is woken once for their replies, not once for each. A pipelining
+        // client woken by the first write, while the loop still ran the next
+        // connection's requests, read that one reply, found nothing more and
+        // slept again: with 50 connections on one loop, waking it (on a core of
+        // its own, idle meanwhile) was a fifth of the loop's CPU.
+        p.write_replies();
         // Connections still ready from the last round are served before any more
         // time goes in waiting.
         let timeout = if p.ready.is_empty() {
@@ -574,18 +594,26 @@ fn run(shared: &Shared, mut p: Box<Poller>) -> Ran {
             };
             c.queued = false;
             BATON.set(Some(p));
-            let verdict = serve_guarded(&mut c);
+            let served = serve_guarded(&mut c);
             match BATON.take() {
                 Some(back) => p = back,
                 None => {
                     // The loop went to another thread during a long command: the
-                    // connection goes back to it, and this thread is done.
+                    // connection goes back to it with its replies written, and
+                    // this thread is done.
+                    let verdict = match served {
+                        Served::Settled(verdict) => verdict,
+                        Served::Replies(ran) => flush(&mut c, ran),
+                    };
                     shared.inbox.lock().returning.push((k, c, verdict));
                     let _ = shared.waker.wake();
                     return Ran::HandedOver;
                 }
             }
-            p.settle(k, c, verdict);
+            match served {
+                Served::Settled(verdict) => p.settle(k, c, verdict),
+                Served::Replies(ran) => p.replies.push((k, c, ran)),
+            }
         }
     }
 }
@@ -593,25 +621,25 @@ fn run(shared: &Shared, mut p: Box<Poller>) -> Ran {
 /// [`serve`], with a panic (a bug in a command) costing the connection that
 /// caused it and nobody else, as a task's panic does on a tokio runtime: the
 /// loop and its other connections go on.
-fn serve_guarded(c: &mut Client) -> Verdict {
+fn serve_guarded(c: &mut Client) -> Served {
     match std::panic::catch_unwind(AssertUnwindSafe(|| serve(c))) {
-        Ok(verdict) => verdict,
+        Ok(served) => served,
         Err(_) => {
             c.conn.finish_after_panic(&c.server);
-            Verdict::Closed
+            Served::Settled(Verdict::Closed)
         }
     }
 }
 
-/// Serves a connection that is ready (or killed, or due): reads what it sent,
-/// runs it and writes the replies.
-fn serve(c: &mut Client) -> Verdict {
+/// Serves a connection that is ready (or killed, or due): reads what it sent
+/// and runs it; its replies are written by [`flush`].
+fn serve(c: &mut Client) -> Served {
     let server = &*c.server;
     let conn = &mut c.conn;
     if c.killed {
         // Shutdown or CLIENT KILL: hand over what is already computed.
         conn.write_last(server, &c.sock);
-        return closed(c, Closed::Normal);
+        return Served::Settled(closed(c, Closed::Normal));
     }
     if std::mem::take(&mut c.messages_due) {
         conn.take_messages();
@@ -621,15 +649,23 @@ fn serve(c: &mut Client) -> Verdict {
     }
     if std::mem::take(&mut c.due) && conn.idle_expired(server) {
         tracing::debug!(client = conn.info().id, "closing idle client");
-        return closed(c, Closed::Normal);
+        return Served::Settled(closed(c, Closed::Normal));
     }
     if c.sock.readable.get() && conn.wants_read() {
         if let Err(why) = conn.read(server, &c.sock) {
-            return closed(c, why);
+            return Served::Settled(closed(c, why));
         }
     }
     match c.conn.run(server, &c.sock) {
-        Err(Closed::Protocol) => Verdict::Linger,
+        Err(Closed::Protocol) => Served::Settled(Verdict::Linger),
+        Err(why) => Served::Settled(closed(c, why)),
+        Ok(ran) => Served::Replies(ran),
+    }
+}
+
+/// Writes the replies of the requests [`serve`] ran, and says what is next.
+fn flush(c: &mut Client, ran: Replies) -> Verdict {
+    match c.conn.flush(&c.server, &c.sock, ran) {
         Err(why) => closed(c, why),
         Ok(Pass::Again) => Verdict::Again,
         Ok(Pass::Wait) => {
@@ -652,6 +688,18 @@ fn closed(c: &mut Client, why: Closed) -> Verdict {
 }
 
 impl Poller {
+    /// Writes the replies of the connections served since the last call, and
+    /// settles each.
+    fn write_replies(&mut self) {
+        // Taken and put back, so the list keeps its room from round to round.
+        let mut replies = std::mem::take(&mut self.replies);
+        for (k, mut c, ran) in replies.drain(..) {
+            let verdict = flush(&mut c, ran);
+            self.settle(k, c, verdict);
+        }
+        self.replies = replies;
+    }
+
     /// Takes what other threads left in the inbox; true once the loop is to stop.
     fn take_inbox(&mut self) -> bool {
         let inbox = std::mem::take(&mut *self.shared.inbox.lock());

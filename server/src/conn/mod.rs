@@ -77,6 +77,14 @@ pub(crate) enum Closed {
     Protocol,
 }
 
+/// A pass that ran its requests, its replies not yet written: what
+/// [`Conn::flush`] needs of it.
+#[must_use = "the replies are written by Conn::flush"]
+pub(crate) struct Ran {
+    /// Requests were held back, the output being over the soft limit.
+    held: bool,
+}
+
 /// What a pass over the buffered requests leaves to do.
 #[derive(PartialEq, Eq, Debug)]
 pub(crate) enum Pass {
@@ -216,9 +224,10 @@ impl Conn {
     }
 
     /// Runs the parked command again if it was woken or its time is up, then
-    /// every complete request in the buffer, then writes all their replies at
-    /// once and checks the output against its limits.
-    pub(crate) fn run(&mut self, server: &Server, sock: &impl Socket) -> Result<Pass, Closed> {
+    /// every complete request in the buffer; their replies wait in the output
+    /// for [`flush`](Self::flush) (only a batch's output past 64 KB is written
+    /// as it runs).
+    pub(crate) fn run(&mut self, server: &Server, sock: &impl Socket) -> Result<Ran, Closed> {
         let info = self.session.info.clone();
         if let Some((args, deadline)) = blocking::take_due(&mut self.parked) {
             let (session, wbuf) = (&mut self.session, &mut self.wbuf);
@@ -280,8 +289,17 @@ impl Conn {
         (now.output_len, now.output_alloc) =
             (self.published.output_len, self.published.output_alloc);
         client_memory::publish(server, &info, &mut self.published, now);
+        Ok(Ran { held })
+    }
 
-        // One write for the whole batch.
+    /// Writes the replies of the pass that `ran` ([`run`](Self::run)) in one
+    /// go, and checks the output against its limits.
+    pub(crate) fn flush(
+        &mut self,
+        server: &Server,
+        sock: &impl Socket,
+        ran: Ran,
+    ) -> Result<Pass, Closed> {
         if self.wbuf.is_empty() {
             // Taken for a reply that did not come (the command was parked).
             self.wbuf.release_if_empty();
@@ -289,8 +307,8 @@ impl Conn {
             self.write(server, sock)?;
             if !self.read_since_write {
                 self.last_interaction = Stamp::now();
-                info.last_active
-                    .store(self.last_interaction.ticks(), Relaxed);
+                let ticks = self.last_interaction.ticks();
+                self.session.info.last_active.store(ticks, Relaxed);
             }
         }
         self.read_since_write = false;
@@ -299,8 +317,8 @@ impl Conn {
         }
         self.check_output(server)?;
         let now = self.footprint();
-        client_memory::publish(server, &info, &mut self.published, now);
-        if held && !held_back(output_limit(server, &self.session).soft, &self.wbuf) {
+        client_memory::publish(server, &self.session.info, &mut self.published, now);
+        if ran.held && !held_back(output_limit(server, &self.session).soft, &self.wbuf) {
             return Ok(Pass::Again);
         }
         Ok(Pass::Wait)
