@@ -5,9 +5,11 @@
 //! A task per connection on a tokio runtime cost a `-P 1` request ~500
 //! instructions more than Redis's (callgrind): registering readiness with the
 //! runtime (~240), waking the task from the driver (~220), and scheduling and
-//! parking it. Here a ready socket is a slab index: the loop reads it, runs its
-//! requests and writes their replies, with nothing between epoll and the
-//! connection.
+//! parking it. Here a ready socket is a slab index: the loop reads it and runs
+//! its requests, with nothing between epoll and the connection, and once the
+//! round's ready connections have all run theirs (or a millisecond has gone in
+//! them) writes their replies, as Redis writes in `beforeSleep`
+//! ([`write_replies`]).
 //!
 //! Besides its socket, the loop waits for a connection's kill (CLIENT KILL,
 //! eviction, shutdown), its message queue (a subscriber's messages, the
@@ -25,9 +27,10 @@
 //! Long work ([`crate::offload`]) does what tokio's `block_in_place` does for a
 //! runtime worker: the thread running it gives the loop to a spare thread, which
 //! goes on serving the other connections, and sends its own connection back to
-//! the loop when it is done, then becomes the spare. The loop (its epoll, slab
-//! and timers) is one value, [`Poller`], handed from thread to thread through a
-//! thread-local while a connection is served; only the thread holding it polls.
+//! the loop when it is done, then becomes the spare. The loop (its epoll, slab,
+//! timers and the round's replies not yet written) is one value, [`Poller`],
+//! handed from thread to thread through a thread-local while a connection is
+//! served; only the thread holding it polls.
 
 use std::cell::Cell;
 use std::cmp::Reverse;
@@ -49,13 +52,17 @@ use tokio::time::Instant;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use crate::blocking;
-use crate::conn::{task, Closed, Conn, Pass, Ran as Replies, Socket};
+use crate::clock::Stamp;
+use crate::conn::{task, Closed, Conn, Pass, Replies, Socket};
 use crate::loops::Tenancy;
 use crate::server::Server;
 
 const WAKE: Token = Token(usize::MAX);
 /// Readiness events taken from epoll at once.
 const EVENTS: usize = 1024;
+/// How long a round may run before the replies it has wait no more for the
+/// rest of it ([`write_replies`]).
+const ROUND_REPLIES_NS: u64 = 1_000_000;
 
 /// A core's event loop, as the rest of the server sees it.
 pub(crate) struct EvLoop {
@@ -252,7 +259,7 @@ enum Verdict {
 enum Served {
     Settled(Verdict),
     /// It ran requests: their replies go out once the round's other ready
-    /// connections have run theirs ([`Poller::write_replies`]).
+    /// connections have run theirs ([`write_replies`]).
     Replies(Replies),
 }
 
@@ -267,7 +274,7 @@ struct Poller {
     ready: VecDeque<usize>,
     /// Connections served this round whose replies wait to be written, out of
     /// their slots as while they are served.
-    replies: Vec<(usize, Box<Client>, Replies)>,
+    replies: VecDeque<(usize, Box<Client>, Replies)>,
     timers: BinaryHeap<Reverse<(Instant, usize, u64)>>,
 }
 
@@ -307,7 +314,7 @@ impl EvLoop {
             events: Events::with_capacity(EVENTS),
             clients: Slab::new(),
             ready: VecDeque::new(),
-            replies: Vec::new(),
+            replies: VecDeque::new(),
             timers: BinaryHeap::new(),
         });
         shared.spares.lock().threads += 1;
@@ -530,7 +537,10 @@ fn run(shared: &Shared, mut p: Box<Poller>) -> Ran {
         // connection's requests, read that one reply, found nothing more and
         // slept again: with 50 connections on one loop, waking it (on a core of
         // its own, idle meanwhile) was a fifth of the loop's CPU.
-        p.write_replies();
+        p = match write_replies(shared, p) {
+            Ok(p) => p,
+            Err(ran) => return ran,
+        };
         // Connections still ready from the last round are served before any more
         // time goes in waiting.
         let timeout = if p.ready.is_empty() {
@@ -587,8 +597,17 @@ fn run(shared: &Shared, mut p: Box<Poller>) -> Ran {
         }
         p.fire_timers();
 
+        let round = Stamp::now();
         for _ in 0..p.ready.len() {
             let Some(k) = p.ready.pop_front() else { break };
+            // A round that has run long writes what it has so far: a reply waits
+            // for the round's other requests only while they are quick.
+            if !p.replies.is_empty() && round.elapsed_ns() > ROUND_REPLIES_NS {
+                p = match write_replies(shared, p) {
+                    Ok(p) => p,
+                    Err(ran) => return ran,
+                };
+            }
             let Some(mut c) = p.clients.get_mut(k).and_then(Option::take) else {
                 continue;
             };
@@ -603,7 +622,7 @@ fn run(shared: &Shared, mut p: Box<Poller>) -> Ran {
                     // this thread is done.
                     let verdict = match served {
                         Served::Settled(verdict) => verdict,
-                        Served::Replies(ran) => flush(&mut c, ran),
+                        Served::Replies(ran) => flush_guarded(&mut c, ran),
                     };
                     shared.inbox.lock().returning.push((k, c, verdict));
                     let _ = shared.waker.wake();
@@ -612,10 +631,31 @@ fn run(shared: &Shared, mut p: Box<Poller>) -> Ran {
             }
             match served {
                 Served::Settled(verdict) => p.settle(k, c, verdict),
-                Served::Replies(ran) => p.replies.push((k, c, ran)),
+                Served::Replies(ran) => p.replies.push_back((k, c, ran)),
             }
         }
     }
+}
+
+/// Writes the replies waiting in `p` and settles their connections, with the
+/// loop in [`BATON`] as while serving: closing one may wait (its WATCHed key's
+/// shard held by a script, say) and give the loop to a spare thread, which then
+/// writes the rest. `Err` once this thread no longer has the loop.
+fn write_replies(shared: &Shared, mut p: Box<Poller>) -> Result<Box<Poller>, Ran> {
+    while let Some((k, mut c, ran)) = p.replies.pop_front() {
+        BATON.set(Some(p));
+        let verdict = flush_guarded(&mut c, ran);
+        match BATON.take() {
+            Some(back) => p = back,
+            None => {
+                shared.inbox.lock().returning.push((k, c, verdict));
+                let _ = shared.waker.wake();
+                return Err(Ran::HandedOver);
+            }
+        }
+        p.settle(k, c, verdict);
+    }
+    Ok(p)
 }
 
 /// [`serve`], with a panic (a bug in a command) costing the connection that
@@ -663,6 +703,17 @@ fn serve(c: &mut Client) -> Served {
     }
 }
 
+/// [`flush`], with a panic costing only its connection, as in [`serve_guarded`].
+fn flush_guarded(c: &mut Client, ran: Replies) -> Verdict {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| flush(c, ran))) {
+        Ok(verdict) => verdict,
+        Err(_) => {
+            c.conn.finish_after_panic(&c.server);
+            Verdict::Closed
+        }
+    }
+}
+
 /// Writes the replies of the requests [`serve`] ran, and says what is next.
 fn flush(c: &mut Client, ran: Replies) -> Verdict {
     match c.conn.flush(&c.server, &c.sock, ran) {
@@ -688,18 +739,6 @@ fn closed(c: &mut Client, why: Closed) -> Verdict {
 }
 
 impl Poller {
-    /// Writes the replies of the connections served since the last call, and
-    /// settles each.
-    fn write_replies(&mut self) {
-        // Taken and put back, so the list keeps its room from round to round.
-        let mut replies = std::mem::take(&mut self.replies);
-        for (k, mut c, ran) in replies.drain(..) {
-            let verdict = flush(&mut c, ran);
-            self.settle(k, c, verdict);
-        }
-        self.replies = replies;
-    }
-
     /// Takes what other threads left in the inbox; true once the loop is to stop.
     fn take_inbox(&mut self) -> bool {
         let inbox = std::mem::take(&mut *self.shared.inbox.lock());

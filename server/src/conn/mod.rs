@@ -1,4 +1,5 @@
-//! One client connection: read, parse every complete request, execute, write once.
+//! One client connection: read, parse every complete request, execute; then, when
+//! its loop says ([`Conn::flush`]), write once.
 //!
 //! The loop keeps reading while replies wait to be written, as Redis does, so a
 //! client's pending output is a real buffer with real limits: past the hard
@@ -10,7 +11,8 @@
 //!
 //! An idle connection holds no buffer: every buffer, and the argument tables of a
 //! request of many arguments, are given back once empty (Redis 7 frees idle query
-//! buffers in its cron; here it happens at the end of each batch), small ones to the
+//! buffers in its cron; here it happens at the end of each batch, and for the
+//! reply buffer once its replies are written), small ones to the
 //! thread's spares ([`crate::spare`]), where its next connection with input reads. What the
 //! buffers hold is published as the client's memory ([`crate::client_memory`]),
 //! apart from data.
@@ -80,7 +82,7 @@ pub(crate) enum Closed {
 /// A pass that ran its requests, its replies not yet written: what
 /// [`Conn::flush`] needs of it.
 #[must_use = "the replies are written by Conn::flush"]
-pub(crate) struct Ran {
+pub(crate) struct Replies {
     /// Requests were held back, the output being over the soft limit.
     held: bool,
 }
@@ -227,7 +229,7 @@ impl Conn {
     /// every complete request in the buffer; their replies wait in the output
     /// for [`flush`](Self::flush) (only a batch's output past 64 KB is written
     /// as it runs).
-    pub(crate) fn run(&mut self, server: &Server, sock: &impl Socket) -> Result<Ran, Closed> {
+    pub(crate) fn run(&mut self, server: &Server, sock: &impl Socket) -> Result<Replies, Closed> {
         let info = self.session.info.clone();
         if let Some((args, deadline)) = blocking::take_due(&mut self.parked) {
             let (session, wbuf) = (&mut self.session, &mut self.wbuf);
@@ -285,20 +287,25 @@ impl Conn {
         // before its replies go out, so a client that has its reply sees it; the
         // reply buffer is published after the write, which usually frees it (a
         // batch of small requests thus publishes nothing).
+        // The replies wait for the round's other connections before they go:
+        // past Redis's reply chunk they are published now, so they count as
+        // this client's and not as data meanwhile.
         let mut now = self.footprint();
-        (now.output_len, now.output_alloc) =
-            (self.published.output_len, self.published.output_alloc);
+        if self.wbuf.len() <= REPLY_CHUNK {
+            (now.output_len, now.output_alloc) =
+                (self.published.output_len, self.published.output_alloc);
+        }
         client_memory::publish(server, &info, &mut self.published, now);
-        Ok(Ran { held })
+        Ok(Replies { held })
     }
 
-    /// Writes the replies of the pass that `ran` ([`run`](Self::run)) in one
-    /// go, and checks the output against its limits.
+    /// Writes the replies of a pass ([`run`](Self::run)) in one go, and checks
+    /// the output against its limits.
     pub(crate) fn flush(
         &mut self,
         server: &Server,
         sock: &impl Socket,
-        ran: Ran,
+        ran: Replies,
     ) -> Result<Pass, Closed> {
         if self.wbuf.is_empty() {
             // Taken for a reply that did not come (the command was parked).
