@@ -716,18 +716,8 @@ pub static PARAMS: &[Param] = &[
         mutable: true,
         protected: false,
         help: "Whether DEL frees big values in the background, as UNLINK does, instead of before it replies (yes/no)",
-        get: |c| {
-            if c.lazyfree_lazy_user_del.load(Relaxed) {
-                "yes"
-            } else {
-                "no"
-            }
-            .into()
-        },
-        set: |c, v| {
-            c.lazyfree_lazy_user_del.store(yes_no(v)?, Relaxed);
-            Ok(())
-        },
+        get: |c| get_yes_no(&c.lazyfree_lazy_user_del),
+        set: |c, v| set_yes_no(&c.lazyfree_lazy_user_del, v),
     },
     // Snapshots (see `crate::persist`). Off by default: a cache with no save policy
     // never writes to disk unless asked (SAVE, BGSAVE, SHUTDOWN SAVE).
@@ -951,54 +941,24 @@ pub static PARAMS: &[Param] = &[
         mutable: true,
         protected: false,
         help: "Let scripts touch keys not declared in KEYS, locking every shard while they run (yes/no)",
-        get: |c| {
-            if c.lua_allow_undeclared_keys.load(Relaxed) {
-                "yes"
-            } else {
-                "no"
-            }
-            .into()
-        },
-        set: |c, v| {
-            c.lua_allow_undeclared_keys.store(yes_no(v)?, Relaxed);
-            Ok(())
-        },
+        get: |c| get_yes_no(&c.lua_allow_undeclared_keys),
+        set: |c, v| set_yes_no(&c.lua_allow_undeclared_keys, v),
     },
     Param {
         name: "script-loop-affinity",
         mutable: true,
         protected: false,
         help: "Move a connection whose scripts keep waiting for other loops' scripts on the same keys to the loop those keys call home (yes/no)",
-        get: |c| {
-            if c.script_loop_affinity.load(Relaxed) {
-                "yes"
-            } else {
-                "no"
-            }
-            .into()
-        },
-        set: |c, v| {
-            c.script_loop_affinity.store(yes_no(v)?, Relaxed);
-            Ok(())
-        },
+        get: |c| get_yes_no(&c.script_loop_affinity),
+        set: |c, v| set_yes_no(&c.script_loop_affinity, v),
     },
     Param {
         name: "hide-user-data-from-log",
         mutable: true,
         protected: false,
         help: "Keep bytes clients sent out of the log: a protocol error is logged without the byte it quotes (yes/no)",
-        get: |c| {
-            if c.hide_user_data_from_log.load(Relaxed) {
-                "yes"
-            } else {
-                "no"
-            }
-            .into()
-        },
-        set: |c, v| {
-            c.hide_user_data_from_log.store(yes_no(v)?, Relaxed);
-            Ok(())
-        },
+        get: |c| get_yes_no(&c.hide_user_data_from_log),
+        set: |c, v| set_yes_no(&c.hide_user_data_from_log, v),
     },
     Param {
         name: "latency-tracking",
