@@ -6,10 +6,10 @@
 //! instructions more than Redis's (callgrind): registering readiness with the
 //! runtime (~240), waking the task from the driver (~220), and scheduling and
 //! parking it. Here a ready socket is a slab index: the loop reads it and runs
-//! its requests, with nothing between epoll and the connection, and once the
-//! round's ready connections have all run theirs (or a millisecond has gone in
-//! them) writes their replies, as Redis writes in `beforeSleep`
-//! ([`write_replies`]).
+//! its requests, with nothing between epoll and the connection, and writes
+//! their replies: at once in a round of a few ready connections, and in a round
+//! of many once they have all run theirs (or a millisecond has gone in them),
+//! as Redis writes in `beforeSleep` ([`write_replies`]).
 //!
 //! Besides its socket, the loop waits for a connection's kill (CLIENT KILL,
 //! eviction, shutdown), its message queue (a subscriber's messages, the
@@ -63,6 +63,14 @@ const EVENTS: usize = 1024;
 /// How long a round may run before the replies it has wait no more for the
 /// rest of it ([`write_replies`]).
 const ROUND_REPLIES_NS: u64 = 1_000_000;
+/// How many connections a round must start with for their replies to wait
+/// for each other ([`write_replies`]). With a few, the client, on a core of its
+/// own, works on the first replies while the loop runs the next connection's
+/// requests; held back to the end of the round, they lost that overlap: with
+/// 4 connections, unpipelined loads on a miss ran 20–25% slower
+/// (`scripts/compare.sh`'s load-on-miss, alternating, 3 rounds). With dozens,
+/// the client woken for each connection's replies is what costs.
+const DEFER_REPLIES_MIN: usize = 8;
 
 /// A core's event loop, as the rest of the server sees it.
 pub(crate) struct EvLoop {
@@ -598,6 +606,7 @@ fn run(shared: &Shared, mut p: Box<Poller>) -> Ran {
         p.fire_timers();
 
         let round = Stamp::now();
+        let defer = p.ready.len() >= DEFER_REPLIES_MIN;
         for _ in 0..p.ready.len() {
             let Some(k) = p.ready.pop_front() else { break };
             // A round that has run long writes what it has so far: a reply waits
@@ -613,7 +622,10 @@ fn run(shared: &Shared, mut p: Box<Poller>) -> Ran {
             };
             c.queued = false;
             BATON.set(Some(p));
-            let served = serve_guarded(&mut c);
+            let served = match serve_guarded(&mut c) {
+                Served::Replies(ran) if !defer => Served::Settled(flush_guarded(&mut c, ran)),
+                served => served,
+            };
             match BATON.take() {
                 Some(back) => p = back,
                 None => {

@@ -4,11 +4,14 @@
 //! over one hot key take turns: one runs while the other spins on it or parks,
 //! and the key's lines go back and forth between the cores. A script over one
 //! key cost more than twice the CPU with two loops as with one loop serving
-//! every client (`EVAL … 1 hot` at `-P 16`: 10,500 ns a request against
-//! 4,700). So a connection whose scripts keep finding a shard held moves,
-//! between two passes over its requests, to the loop that shard calls home,
-//! as Dragonfly moves a connection to the thread of its script's keys
-//! (`migrate_connections`). The home is a function of the shard alone, the
+//! every client (`EVAL … 1 hot` at `-P 16`, 4 rounds: 10,100–11,200 ns a
+//! request against 4,550–6,200). So a connection whose scripts keep finding a
+//! shard held by another client's script moves, between two passes over its
+//! requests, to the loop that shard calls home, as Dragonfly moves a
+//! connection to the thread of its script's keys (`migrate_connections`).
+//! (The other client is almost always on another loop: one loop runs one
+//! command at a time, but for a script handed to a spare thread.) The home is
+//! a function of the shard alone, the
 //! same for every client: the clients of a hot key gather on one loop and stop
 //! meeting across cores, and clients of two hot keys whose homes differ stay
 //! spread over both. A streak is asked for, not one meeting: with keys spread
