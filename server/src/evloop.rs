@@ -271,6 +271,17 @@ enum Served {
     Replies(Replies),
 }
 
+impl Served {
+    /// The verdict, once any replies waiting are written: for a connection
+    /// going back to its loop from a thread that gave the loop away.
+    fn written(c: &mut Client, served: Served) -> Verdict {
+        match served {
+            Served::Settled(verdict) => verdict,
+            Served::Replies(ran) => flush_guarded(c, ran),
+        }
+    }
+}
+
 /// The loop itself: owned by the one thread that polls.
 struct Poller {
     shared: Arc<Shared>,
@@ -621,26 +632,15 @@ fn run(shared: &Shared, mut p: Box<Poller>) -> Ran {
                 continue;
             };
             c.queued = false;
-            BATON.set(Some(p));
-            let served = match serve_guarded(&mut c) {
-                Served::Replies(ran) if !defer => Served::Settled(flush_guarded(&mut c, ran)),
+            let serve = |c: &mut Client| match serve_guarded(c) {
+                Served::Replies(ran) if !defer => Served::Settled(flush_guarded(c, ran)),
                 served => served,
             };
-            match BATON.take() {
-                Some(back) => p = back,
-                None => {
-                    // The loop went to another thread during a long command: the
-                    // connection goes back to it with its replies written, and
-                    // this thread is done.
-                    let verdict = match served {
-                        Served::Settled(verdict) => verdict,
-                        Served::Replies(ran) => flush_guarded(&mut c, ran),
-                    };
-                    shared.inbox.lock().returning.push((k, c, verdict));
-                    let _ = shared.waker.wake();
-                    return Ran::HandedOver;
-                }
-            }
+            let (back, c, served) = match with_baton(shared, p, k, c, serve, Served::written) {
+                Ok(held) => held,
+                Err(ran) => return ran,
+            };
+            p = back;
             match served {
                 Served::Settled(verdict) => p.settle(k, c, verdict),
                 Served::Replies(ran) => p.replies.push_back((k, c, ran)),
@@ -654,20 +654,36 @@ fn run(shared: &Shared, mut p: Box<Poller>) -> Ran {
 /// shard held by a script, say) and give the loop to a spare thread, which then
 /// writes the rest. `Err` once this thread no longer has the loop.
 fn write_replies(shared: &Shared, mut p: Box<Poller>) -> Result<Box<Poller>, Ran> {
-    while let Some((k, mut c, ran)) = p.replies.pop_front() {
-        BATON.set(Some(p));
-        let verdict = flush_guarded(&mut c, ran);
-        match BATON.take() {
-            Some(back) => p = back,
-            None => {
-                shared.inbox.lock().returning.push((k, c, verdict));
-                let _ = shared.waker.wake();
-                return Err(Ran::HandedOver);
-            }
-        }
+    while let Some((k, c, ran)) = p.replies.pop_front() {
+        let flush = |c: &mut Client| flush_guarded(c, ran);
+        let (back, c, verdict) = with_baton(shared, p, k, c, flush, |_, verdict| verdict)?;
+        p = back;
         p.settle(k, c, verdict);
     }
     Ok(p)
+}
+
+/// Runs `work` on connection `c` (out of slot `k`) with the loop in [`BATON`],
+/// so that a long step in it can give the loop to a spare thread: the loop
+/// back, or, if it went, `c` sent back to it with the verdict `away` makes of
+/// what `work` came to, and `Err`: this thread is done with the loop.
+fn with_baton<T>(
+    shared: &Shared,
+    p: Box<Poller>,
+    k: usize,
+    mut c: Box<Client>,
+    work: impl FnOnce(&mut Client) -> T,
+    away: impl FnOnce(&mut Client, T) -> Verdict,
+) -> Result<(Box<Poller>, Box<Client>, T), Ran> {
+    BATON.set(Some(p));
+    let done = work(&mut c);
+    if let Some(p) = BATON.take() {
+        return Ok((p, c, done));
+    }
+    let verdict = away(&mut c, done);
+    shared.inbox.lock().returning.push((k, c, verdict));
+    let _ = shared.waker.wake();
+    Err(Ran::HandedOver)
 }
 
 /// [`serve`], with a panic (a bug in a command) costing the connection that
