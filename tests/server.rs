@@ -724,6 +724,47 @@ fn freeing_a_big_value_holds_up_no_other_client() {
     }
 }
 
+/// A pipeline of heavy commands shares its loop: a connection's pass stops
+/// once its commands have run a millisecond, so another client's PING, sent
+/// while 200 SINTERCARDs of two 50,000-id sets (a couple of ms each) wait on
+/// the same loop, is answered after a few of them. Run whole, as Redis runs
+/// what one read brought, the pipeline answered all 200 first.
+#[test]
+fn a_pipeline_of_heavy_commands_shares_its_loop() {
+    let srv = TestServer::start_with(&["--threads", "1"]);
+    let mut con = srv.conn();
+    let ids = 50_000u64;
+    for (key, step) in [("a", 7u64), ("b", 3)] {
+        let members: Vec<u64> = (0..ids).map(|i| i * step).collect();
+        let added: u64 = redis::cmd("SADD")
+            .arg(key)
+            .arg(&members)
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(added, ids);
+    }
+    // Multiples of 21 below 3 × 50,000.
+    let reply = format!(":{}\r\n", (3 * ids).div_ceil(21));
+    let n = 200;
+    let pipeline = resp_cmd(&[b"SINTERCARD", b"2", b"a", b"b"]).repeat(n);
+    let mut heavy = srv.raw();
+    let mut other = srv.raw();
+    heavy.write_all(&pipeline).unwrap();
+    // Its first reply: the pipeline's work is under way.
+    assert_eq!(read_n(&mut heavy, reply.len()), reply.as_bytes());
+    roundtrip(&mut other, b"PING\r\n", b"+PONG\r\n");
+    heavy.set_nonblocking(true).unwrap();
+    let (early, _) = read_to_end(&mut heavy);
+    let answered = 1 + early.len() / reply.len();
+    assert!(
+        answered < n / 2,
+        "the PING waited for {answered} of the {n} pipelined commands"
+    );
+    heavy.set_nonblocking(false).unwrap();
+    let rest = read_n(&mut heavy, (n - answered) * reply.len());
+    assert_eq!([early, rest].concat(), reply.repeat(n - 1).into_bytes());
+}
+
 #[test]
 fn time_lastsave_save_swapdb() {
     let srv = TestServer::start();

@@ -291,6 +291,11 @@ struct Poller {
     /// given the loop away): the slot stays taken until it comes back.
     clients: Slab<Option<Box<Client>>>,
     ready: VecDeque<usize>,
+    /// Connections just served that have more to do (their pass ran out of
+    /// time, or left input unread): they join the ready queue behind those the
+    /// next poll finds, which have waited longer. Served first, they had a
+    /// PING arriving behind a pipeline of 4 ms commands wait for two of them.
+    again: Vec<usize>,
     /// Connections served this round whose replies wait to be written, out of
     /// their slots as while they are served.
     replies: VecDeque<(usize, Box<Client>, Replies)>,
@@ -333,6 +338,7 @@ impl EvLoop {
             events: Events::with_capacity(EVENTS),
             clients: Slab::new(),
             ready: VecDeque::new(),
+            again: Vec::new(),
             replies: VecDeque::new(),
             timers: BinaryHeap::new(),
         });
@@ -562,7 +568,7 @@ fn run(shared: &Shared, mut p: Box<Poller>) -> Ran {
         };
         // Connections still ready from the last round are served before any more
         // time goes in waiting.
-        let timeout = if p.ready.is_empty() {
+        let timeout = if p.ready.is_empty() && p.again.is_empty() {
             p.timers
                 .peek()
                 .map(|Reverse((t, ..))| t.saturating_duration_since(Instant::now()))
@@ -615,6 +621,8 @@ fn run(shared: &Shared, mut p: Box<Poller>) -> Ran {
             return Ran::Stopped;
         }
         p.fire_timers();
+        let Poller { ready, again, .. } = &mut *p;
+        ready.extend(again.drain(..));
 
         let round = Stamp::now();
         let defer = p.ready.len() >= DEFER_REPLIES_MIN;
@@ -1012,7 +1020,7 @@ impl Poller {
             Verdict::Again => {
                 c.queued = true;
                 self.clients[k] = Some(c);
-                self.ready.push_back(k);
+                self.again.push(k);
             }
             Verdict::Closed => {
                 self.clients.remove(k);

@@ -318,6 +318,10 @@ pub struct Session {
     /// Its scripts' run of waits for other clients' scripts, which may move it
     /// to another loop.
     pub affinity: crate::script::affinity::Affinity,
+    /// How long its commands have run, all told, as their statistics count
+    /// it: what a loop's pass reads to know when to let the loop's other
+    /// connections have their turn (`PASS_BUDGET_NS` in `crate::conn`).
+    pub busy_ns: u64,
 }
 
 impl ClientInfo {
@@ -343,6 +347,7 @@ impl Session {
             readonly: false,
             last_command: Default::default(),
             affinity: Default::default(),
+            busy_ns: 0,
         }
     }
 

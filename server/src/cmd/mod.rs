@@ -1176,6 +1176,7 @@ fn run_in<'a, 'v>(
     stats.calls.incr();
     let nanos = start.elapsed_ns();
     stats.nanos.add(nanos);
+    ctx.session.busy_ns += nanos;
     server.stats.total_commands_processed.incr();
     crate::observe::after_command(server, &ctx.session.info, id, spec, &args, nanos);
     let reply = result.unwrap_or_else(|e| {

@@ -66,6 +66,15 @@ const INLINE_ARGS: usize = 16;
 const EAGER_FLUSH: usize = 64 * 1024;
 /// Redis's `PROTO_REPLY_CHUNK_BYTES`: the size of a client's fixed reply buffer.
 const REPLY_CHUNK: usize = 16 * 1024;
+/// How long a pass may run one connection's requests before it lets the loop's
+/// other connections have theirs: a pipeline of moderately heavy commands
+/// (each well under the offload threshold, hundreds of them in one read) would
+/// otherwise hold every other client of the loop for as long as they take.
+/// Redis has no such bound: it runs all that a client's read brought at once.
+/// The time is the commands' own, as their statistics measure it
+/// ([`Session::busy_ns`]): a pass of cheap requests never comes near it, and
+/// looking costs nothing the command did not already pay.
+const PASS_BUDGET_NS: u64 = 1_000_000;
 
 /// Why a connection ends.
 pub(crate) enum Closed {
@@ -85,6 +94,8 @@ pub(crate) enum Closed {
 pub(crate) struct Replies {
     /// Requests were held back, the output being over the soft limit.
     held: bool,
+    /// The pass ran out of its time ([`PASS_BUDGET_NS`]) with requests left.
+    yielded: bool,
 }
 
 /// What a pass over the buffered requests leaves to do.
@@ -92,9 +103,10 @@ pub(crate) struct Replies {
 pub(crate) enum Pass {
     /// Wait for input, for the socket to drain, or for a reason to stop.
     Wait,
-    /// Requests were held back while the output was over the soft limit, and the
-    /// write brought it under: run them again soon, without waiting for input
-    /// that may never come (but after the loop's other clients).
+    /// Requests are left in the buffer: the pass ran out of time, or they were
+    /// held back while the output was over the soft limit and the write brought
+    /// it under. Run them again soon, without waiting for input that may never
+    /// come (but after the loop's other clients).
     Again,
 }
 
@@ -122,6 +134,10 @@ pub(crate) struct Conn {
     parked: Option<Parked>,
     /// Parks so far: which park a loop's registered signals are for.
     parks: u64,
+    /// The last pass ran out of time with requests left in the buffer: they
+    /// run before any more is read, so a client pipelining faster than its
+    /// requests run is held back by TCP, not by its query buffer's limit.
+    yielded: bool,
 }
 
 impl Conn {
@@ -142,6 +158,7 @@ impl Conn {
             closing: false,
             parked: None,
             parks: 0,
+            yielded: false,
         }
     }
 
@@ -215,9 +232,10 @@ impl Conn {
         true
     }
 
-    /// Whether the next wait is for input: not once the connection is closing.
+    /// Whether the next wait is for input: not once the connection is closing,
+    /// nor while requests a pass ran out of time for are left to run.
     pub(crate) fn wants_read(&self) -> bool {
-        !self.closing
+        !self.closing && !self.yielded
     }
 
     /// Whether the next wait is for the socket to take output.
@@ -245,14 +263,21 @@ impl Conn {
             self.parks += u64::from(self.parked.is_some());
         }
         self.decoder.set_limits(limits(server, &self.session));
-        let mut held = false;
+        let (mut held, mut yielded) = (false, false);
+        let budget_end = self.session.busy_ns + PASS_BUDGET_NS;
         while !self.closing && self.parked.is_none() {
             if held_back(output_limit(server, &self.session).soft, &self.wbuf) {
                 held = true;
                 break;
             }
             match decode(&mut self.decoder, &mut self.rbuf, &mut self.request) {
-                Ok(true) => self.execute(server, sock)?,
+                Ok(true) => {
+                    self.execute(server, sock)?;
+                    if self.session.busy_ns > budget_end {
+                        yielded = true;
+                        break;
+                    }
+                }
                 Ok(false) => break,
                 Err(e) => {
                     Frame::error(format!("ERR {e}")).encode(self.session.proto, self.wbuf.buf());
@@ -296,7 +321,8 @@ impl Conn {
                 (self.published.output_len, self.published.output_alloc);
         }
         client_memory::publish(server, &info, &mut self.published, now);
-        Ok(Replies { held })
+        self.yielded = yielded;
+        Ok(Replies { held, yielded })
     }
 
     /// Writes the replies of a pass ([`run`](Self::run)) in one go, and checks
@@ -325,7 +351,9 @@ impl Conn {
         self.check_output(server)?;
         let now = self.footprint();
         client_memory::publish(server, &self.session.info, &mut self.published, now);
-        if ran.held && !held_back(output_limit(server, &self.session).soft, &self.wbuf) {
+        if ran.yielded
+            || (ran.held && !held_back(output_limit(server, &self.session).soft, &self.wbuf))
+        {
             return Ok(Pass::Again);
         }
         Ok(Pass::Wait)
