@@ -20,11 +20,14 @@
 //!   memory is back);
 //! - a client that never reads, cut off by `client-output-buffer-limit normal 64mb
 //!   0 0`: it pipelines GETs of an F megabyte value, worth 256 MB of replies; the
-//!   window ends when the server no longer counts it in `connected_clients`.
+//!   window ends when the server no longer counts it in `connected_clients`;
+//! - two clients at once, each pipelining P `SINTERCARD 2 a b` over two sets of
+//!   100,000 ids (a few ms each): two, so one shares relcache's loop with the
+//!   victim whichever loop the victim is on.
 //!
 //! Environment: `BENCH_ROUNDS` (default 3), `BENCH_KEYS` (K, default 1000000),
 //! `BENCH_SET_IDS` (S, default 5000000), `BENCH_BIG_MB` (B, default 400),
-//! `BENCH_FLOOD_MB` (F, default 16).
+//! `BENCH_FLOOD_MB` (F, default 16), `BENCH_PIPELINE` (P, default 300).
 //!
 //! What this does NOT measure:
 //! - A network, or a quiet machine. Clients and servers share one machine over
@@ -36,6 +39,7 @@
 //!   but client-side and dominated by transfer for KEYS and GET).
 //! - Other heavy commands (EXPIRE of a big key, SUNIONSTORE, SCRIPT…), many
 //!   victims, pipelined victims, or a victim that is itself slow to read.
+//! - How the two pipelining clients share the server between themselves.
 //! - Asynchronous deletion options (`FLUSHALL ASYNC`, `lazyfree-*`): the synchronous
 //!   forms are what clients send by default.
 
@@ -72,16 +76,18 @@ enum Op {
     BigGet,
     BigDel,
     CutOff,
+    Pipelined,
 }
 
 impl Op {
-    const ALL: [Op; 6] = [
+    const ALL: [Op; 7] = [
         Op::Keys,
         Op::Flushall,
         Op::Sadd,
         Op::BigGet,
         Op::BigDel,
         Op::CutOff,
+        Op::Pipelined,
     ];
 
     fn name(self) -> &'static str {
@@ -92,6 +98,7 @@ impl Op {
             Op::BigGet => "GET big value",
             Op::BigDel => "DEL big value",
             Op::CutOff => "output limit cut-off",
+            Op::Pipelined => "pipelined SINTERCARDs",
         }
     }
 }
@@ -101,6 +108,7 @@ struct Sizes {
     set_ids: u64,
     big_mb: u64,
     flood_mb: u64,
+    pipeline: u64,
 }
 
 /// A server under test, whichever it is.
@@ -182,6 +190,9 @@ fn populate(port: u16, n: u64) {
     }
 }
 
+/// The size of each of the two sets the pipelined SINTERCARDs intersect.
+const PIPELINED_SET_IDS: u64 = 100_000;
+
 /// PING round trips: when each was sent and how long it took.
 struct Victim {
     stop: Arc<AtomicBool>,
@@ -242,6 +253,16 @@ fn prepare(t: &Target, op: Op, sizes: &Sizes) {
         // FLUSHALL runs right after KEYS, on the same keys.
         Op::Keys => populate(t.port, sizes.keys),
         Op::Flushall | Op::Sadd => {}
+        Op::Pipelined => {
+            for (key, step) in [(&b"a"[..], 7u64), (b"b", 3)] {
+                let ids: Vec<String> = (0..PIPELINED_SET_IDS)
+                    .map(|i| (i * step).to_string())
+                    .collect();
+                let mut args: Vec<&[u8]> = vec![b"SADD", key];
+                args.extend(ids.iter().map(|id| id.as_bytes()));
+                assert_eq!(call(&mut s, &args), PIPELINED_SET_IDS, "SADD on {}", t.name);
+            }
+        }
         Op::BigGet | Op::BigDel => {
             let chunk = vec![b'x'; 4 << 20];
             for _ in 0..sizes.big_mb.div_ceil(4) {
@@ -296,6 +317,23 @@ fn run(t: &Target, op: Op, sizes: &Sizes) {
         }
         Op::BigDel => {
             assert_eq!(call(&mut s, &[b"DEL", b"big"]), 1, "DEL big on {}", t.name);
+        }
+        Op::Pipelined => {
+            let req = harness::resp_cmd(&[b"SINTERCARD", b"2", b"a", b"b"])
+                .repeat(sizes.pipeline as usize);
+            let mut clients: Vec<_> = (0..2)
+                .map(|_| BufReader::with_capacity(1 << 16, connect(t.port)))
+                .collect();
+            for c in &mut clients {
+                c.get_mut().write_all(&req).unwrap();
+            }
+            // The ids both sets hold: multiples of 21 below 3 × their size.
+            let both = (3 * PIPELINED_SET_IDS).div_ceil(21);
+            for c in &mut clients {
+                for _ in 0..sizes.pipeline {
+                    assert_eq!(skip_reply(c).unwrap(), both, "SINTERCARD on {}", t.name);
+                }
+            }
         }
         Op::CutOff => {
             let mut ctl = BufReader::new(connect(t.port));
@@ -375,6 +413,7 @@ fn main() {
         set_ids: env_u64("BENCH_SET_IDS", 5_000_000).max(1),
         big_mb: env_u64("BENCH_BIG_MB", 400).max(4),
         flood_mb: env_u64("BENCH_FLOOD_MB", 16).clamp(1, 128),
+        pipeline: env_u64("BENCH_PIPELINE", 300).max(1),
     };
     let relcache = TestServer::start();
     let redis = RedisServer::start();
