@@ -724,6 +724,24 @@ fn freeing_a_big_value_holds_up_no_other_client() {
     }
 }
 
+/// Stores two sets of 50,000 ids whose SINTERCARD takes a couple of ms, and
+/// returns that command and its reply.
+fn two_big_sets(con: &mut Connection) -> (Vec<u8>, String) {
+    let ids = 50_000u64;
+    for (key, step) in [("a", 7u64), ("b", 3)] {
+        let members: Vec<u64> = (0..ids).map(|i| i * step).collect();
+        let added: u64 = redis::cmd("SADD")
+            .arg(key)
+            .arg(&members)
+            .query(con)
+            .unwrap();
+        assert_eq!(added, ids);
+    }
+    // Multiples of 21 below 3 × 50,000.
+    let reply = format!(":{}\r\n", (3 * ids).div_ceil(21));
+    (resp_cmd(&[b"SINTERCARD", b"2", b"a", b"b"]), reply)
+}
+
 /// A pipeline of heavy commands shares its loop: a connection's pass stops
 /// once its commands have run a millisecond, so another client's PING, sent
 /// while 200 SINTERCARDs of two 50,000-id sets (a couple of ms each) wait on
@@ -732,24 +750,11 @@ fn freeing_a_big_value_holds_up_no_other_client() {
 #[test]
 fn a_pipeline_of_heavy_commands_shares_its_loop() {
     let srv = TestServer::start_with(&["--threads", "1"]);
-    let mut con = srv.conn();
-    let ids = 50_000u64;
-    for (key, step) in [("a", 7u64), ("b", 3)] {
-        let members: Vec<u64> = (0..ids).map(|i| i * step).collect();
-        let added: u64 = redis::cmd("SADD")
-            .arg(key)
-            .arg(&members)
-            .query(&mut con)
-            .unwrap();
-        assert_eq!(added, ids);
-    }
-    // Multiples of 21 below 3 × 50,000.
-    let reply = format!(":{}\r\n", (3 * ids).div_ceil(21));
+    let (request, reply) = two_big_sets(&mut srv.conn());
     let n = 200;
-    let pipeline = resp_cmd(&[b"SINTERCARD", b"2", b"a", b"b"]).repeat(n);
     let mut heavy = srv.raw();
     let mut other = srv.raw();
-    heavy.write_all(&pipeline).unwrap();
+    heavy.write_all(&request.repeat(n)).unwrap();
     // Its first reply: the pipeline's work is under way.
     assert_eq!(read_n(&mut heavy, reply.len()), reply.as_bytes());
     roundtrip(&mut other, b"PING\r\n", b"+PONG\r\n");
@@ -763,6 +768,36 @@ fn a_pipeline_of_heavy_commands_shares_its_loop() {
     heavy.set_nonblocking(false).unwrap();
     let rest = read_n(&mut heavy, (n - answered) * reply.len());
     assert_eq!([early, rest].concat(), reply.repeat(n - 1).into_bytes());
+}
+
+/// A long transaction lets its loop go on: past a millisecond, EXEC hands the
+/// loop's other clients to another thread, as a long script does, so a PING
+/// sent while 100 queued SINTERCARDs run is answered before EXEC's reply (it
+/// waited for all of them before).
+#[test]
+fn a_long_transaction_lets_its_loop_go_on() {
+    use std::io::Read;
+    let srv = TestServer::start_with(&["--threads", "1"]);
+    let (request, reply) = two_big_sets(&mut srv.conn());
+    let n = 100;
+    let mut heavy = srv.raw();
+    let queued = b"+QUEUED\r\n".repeat(n);
+    let mut multi = resp_cmd(&[b"MULTI"]);
+    multi.extend(request.repeat(n));
+    roundtrip(&mut heavy, &multi, &[&b"+OK\r\n"[..], &queued].concat());
+    let mut other = srv.raw();
+    heavy.write_all(&resp_cmd(&[b"EXEC"])).unwrap();
+    // Long enough for EXEC to be read and under way.
+    std::thread::sleep(Duration::from_millis(5));
+    roundtrip(&mut other, b"PING\r\n", b"+PONG\r\n");
+    heavy.set_nonblocking(true).unwrap();
+    match heavy.read(&mut [0u8; 1]) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        r => panic!("EXEC replied before the PING was answered: {r:?}"),
+    }
+    heavy.set_nonblocking(false).unwrap();
+    let want = format!("*{n}\r\n{}", reply.repeat(n));
+    assert_eq!(read_n(&mut heavy, want.len()), want.as_bytes());
 }
 
 #[test]

@@ -16,6 +16,7 @@ use super::spec::{self, CommandSpec, Group, Keys};
 use super::{registry, resolve, run, Ctx, Outcome};
 use crate::db::{now_ms, LockMode};
 use crate::error::{CmdError, CmdResult};
+use crate::offload::StepAside;
 use crate::server::Server;
 use crate::session::{Multi, Session};
 
@@ -257,7 +258,12 @@ fn exec(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     }
     let mut replies = Vec::with_capacity(resolved.len());
     let mut close = false;
+    // A transaction of many heavy commands runs as long as they take: past a
+    // millisecond the loop's other clients go on without it. Those that need
+    // the shards it holds wait for it, as they must for its atomicity.
+    let mut aside = StepAside::start();
     for ((id, spec), args) in resolved.into_iter().zip(&multi.queued) {
+        aside.check();
         let outcome = super::with_owned(args, |args| {
             run(server, session, id, spec, args, Some(&mut view), None)
         });

@@ -3,7 +3,7 @@
 //!
 //! An instruction-count hook checks the kill flag of the script running on this
 //! thread and raises SCRIPT KILL's error. A script starts on its connection's
-//! loop, as a command does; once it has run [`STEP_ASIDE_AFTER`], the hook hands
+//! loop, as a command does; once it has run [`STEP_ASIDE_AFTER_NS`], the hook hands
 //! the loop to another thread (`evloop::hand_over`), which serves the loop's other
 //! clients while this one finishes the script. The hook is installed with the C API
 //! rather than mlua's `set_hook`, because mlua hooks one Lua thread at a time and drops
@@ -15,7 +15,6 @@
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Duration;
 
 use mlua::{ffi, Lua};
 
@@ -25,13 +24,11 @@ use crate::clock::Stamp;
 /// How often (in Lua instructions) a running script checks whether it was killed.
 const HOOK_EVERY: i32 = 10_000;
 
-/// How long a script runs on its loop before the loop goes on without it. A
-/// hand-over costs a thread wake-up and a few context switches, more than most
-/// scripts take (with every script handed off, `EVAL "return 1" 0` cost 1.6–2.0
-/// times the CPU a request); a script that runs longer holds up its loop's
-/// other clients this long, plus up to [`HOOK_EVERY`] instructions or one
-/// `redis.call`, whichever ends first.
-const STEP_ASIDE_AFTER: Duration = Duration::from_millis(1);
+/// How long a script runs on its loop before the loop goes on without it
+/// ([`crate::offload::STEP_ASIDE_AFTER_NS`]). A script that runs longer holds
+/// up its loop's other clients this long, plus up to [`HOOK_EVERY`]
+/// instructions or one `redis.call`, whichever ends first.
+const STEP_ASIDE_AFTER_NS: u64 = crate::offload::STEP_ASIDE_AFTER_NS;
 
 /// What the hook raises once SCRIPT KILL asked.
 pub(super) const KILLED: &str = "ERR Script killed by user with SCRIPT KILL...";
@@ -60,7 +57,7 @@ pub(super) fn step_aside() {
 }
 
 /// Lets the loop go on without the script running on this thread if the script
-/// has run [`STEP_ASIDE_AFTER`]: after each `redis.call`, since a script of many
+/// has run [`STEP_ASIDE_AFTER_NS`]: after each `redis.call`, since a script of many
 /// long calls may make few Lua instructions.
 pub(super) fn step_aside_if_overdue() {
     if overdue() {
@@ -73,7 +70,7 @@ pub(super) fn step_aside_if_overdue() {
 fn overdue() -> bool {
     STARTED
         .get()
-        .is_some_and(|s| s.elapsed_ns() >= STEP_ASIDE_AFTER.as_nanos() as u64)
+        .is_some_and(|s| s.elapsed_ns() >= STEP_ASIDE_AFTER_NS)
 }
 
 /// Marks `running` as the script on this thread until the guard drops.
