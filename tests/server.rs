@@ -724,10 +724,12 @@ fn freeing_a_big_value_holds_up_no_other_client() {
     }
 }
 
-/// Stores two sets of 50,000 ids whose SINTERCARD takes a couple of ms, and
-/// returns that command and its reply.
+/// Stores two sets of 16,000 ids whose SINTERCARD takes about half a
+/// millisecond, and returns that command and its reply. Small enough that the
+/// command does not step aside by itself (its walk is within offload's
+/// `LARGE_WALK`): what lets the loop go on is what the test is about.
 fn two_big_sets(con: &mut Connection) -> (Vec<u8>, String) {
-    let ids = 50_000u64;
+    let ids = 16_000u64;
     for (key, step) in [("a", 7u64), ("b", 3)] {
         let members: Vec<u64> = (0..ids).map(|i| i * step).collect();
         let added: u64 = redis::cmd("SADD")
@@ -737,21 +739,21 @@ fn two_big_sets(con: &mut Connection) -> (Vec<u8>, String) {
             .unwrap();
         assert_eq!(added, ids);
     }
-    // Multiples of 21 below 3 × 50,000.
+    // Multiples of 21 below 3 × 16,000.
     let reply = format!(":{}\r\n", (3 * ids).div_ceil(21));
     (resp_cmd(&[b"SINTERCARD", b"2", b"a", b"b"]), reply)
 }
 
 /// A pipeline of heavy commands shares its loop: a connection's pass stops
 /// once its commands have run a millisecond, so another client's PING, sent
-/// while 200 SINTERCARDs of two 50,000-id sets (a couple of ms each) wait on
-/// the same loop, is answered after a few of them. Run whole, as Redis runs
-/// what one read brought, the pipeline answered all 200 first.
+/// while 300 SINTERCARDs (half a millisecond each) wait on the same loop, is
+/// answered after a few of them. Run whole, as Redis runs what one read
+/// brought, the pipeline answered all 300 first.
 #[test]
 fn a_pipeline_of_heavy_commands_shares_its_loop() {
     let srv = TestServer::start_with(&["--threads", "1"]);
     let (request, reply) = two_big_sets(&mut srv.conn());
-    let n = 200;
+    let n = 300;
     let mut heavy = srv.raw();
     let mut other = srv.raw();
     heavy.write_all(&request.repeat(n)).unwrap();
@@ -772,14 +774,14 @@ fn a_pipeline_of_heavy_commands_shares_its_loop() {
 
 /// A long transaction lets its loop go on: past a millisecond, EXEC hands the
 /// loop's other clients to another thread, as a long script does, so a PING
-/// sent while 100 queued SINTERCARDs run is answered before EXEC's reply (it
+/// sent while 300 queued SINTERCARDs run is answered before EXEC's reply (it
 /// waited for all of them before).
 #[test]
 fn a_long_transaction_lets_its_loop_go_on() {
     use std::io::Read;
     let srv = TestServer::start_with(&["--threads", "1"]);
     let (request, reply) = two_big_sets(&mut srv.conn());
-    let n = 100;
+    let n = 300;
     let mut heavy = srv.raw();
     let queued = b"+QUEUED\r\n".repeat(n);
     let mut multi = resp_cmd(&[b"MULTI"]);

@@ -380,9 +380,12 @@ pub fn roundtrip(s: &mut TcpStream, req: &[u8], expected: &[u8]) {
 pub fn ping_answered_during(port: u16, request: &[&[u8]], after: Duration) -> TcpStream {
     let mut heavy = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let mut other = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    for sock in [&heavy, &other] {
+    for sock in [&mut heavy, &mut other] {
         sock.set_read_timeout(Some(Duration::from_secs(60)))
             .unwrap();
+        // Both accepted and served once, so the request is read as it comes,
+        // not in one round with the PING (which may come first then).
+        roundtrip(sock, b"PING\r\n", b"+PONG\r\n");
     }
     heavy.write_all(&resp_cmd(request)).unwrap();
     // Long enough for the request to be read and its work under way, so the

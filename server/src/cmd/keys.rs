@@ -530,6 +530,9 @@ fn scan(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
         SHARDS,
         "SCAN is keyspace-wide and locks every shard"
     );
+    // A COUNT of millions walks the whole keyspace in one call, as KEYS does.
+    let keys: u64 = maps.iter().map(|m| m.len() as u64).sum();
+    crate::offload::step_aside_past((count as u64).min(keys));
     let (next, found) = scan_step(&maps, cursor, count as usize, &filter);
     let mut buf = itoa::Buffer::new();
     Ok(Frame::Array(vec![

@@ -327,6 +327,8 @@ impl PageLimit {
 /// within `limit`, reading at least one slot so every call moves on; and the next
 /// cursor, 0 at the end.
 pub(super) fn scan_page(table: &TableRef<'_>, cursor: u64, limit: PageLimit) -> (u64, Vec<u64>) {
+    // A COUNT of millions reads the whole table in one call.
+    crate::offload::step_aside_past(limit.slots.min(u64::from(table.capacity())));
     let mut ids = Vec::new();
     if cursor == 0 {
         ids.extend([0, u64::MAX].into_iter().filter(|&id| table.contains(id)));

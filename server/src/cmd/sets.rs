@@ -32,6 +32,7 @@ use super::{eq_ic, parse_i64, parse_i64_opt, Ctx};
 use crate::db::{self, Free, IdSet, Value, View};
 use crate::error::{CmdError, CmdResult};
 use crate::notify;
+use crate::offload::step_aside_past;
 
 /// Membership commands parse up to this many ids into a stack buffer.
 const STACK_IDS: usize = 128;
@@ -369,6 +370,7 @@ fn smembers(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
         return Ok(Frame::Set(Vec::new()));
     };
     let table = e.value().as_idset()?.table();
+    step_aside_past(table.len());
     Ok(Frame::Set(member_frames(
         table.iter(),
         table.len() as usize,
@@ -429,6 +431,16 @@ impl SetOp {
         }
     }
 
+    /// How many members [`apply`](Self::apply) walks, about.
+    fn walk(self, sets: &[Option<TableRef<'_>>]) -> u64 {
+        let len = |t: &Option<TableRef<'_>>| t.as_ref().map_or(0, TableRef::len);
+        match self {
+            SetOp::Inter => inter_walk(sets.iter().map(len)),
+            SetOp::Union => sets.iter().map(len).sum(),
+            SetOp::Diff => sets.first().map_or(0, len) * sets.len() as u64,
+        }
+    }
+
     /// The members of the result, each once.
     fn apply(self, sets: Vec<Option<TableRef<'_>>>) -> Vec<u64> {
         match self {
@@ -457,6 +469,13 @@ impl SetOp {
             }
         }
     }
+}
+
+/// How many members an intersection of sets of these sizes walks, about: the
+/// smallest set's, each probed in the others ([`for_each_common`]).
+fn inter_walk(lens: impl Iterator<Item = u64>) -> u64 {
+    let (smallest, sets) = lens.fold((u64::MAX, 0), |(m, n), len| (m.min(len), n + 1));
+    smallest.saturating_mul(sets)
 }
 
 /// Calls `f` with each member common to all `tables`, iterating the smallest and
@@ -498,7 +517,9 @@ fn union(mut tables: Vec<TableRef<'_>>) -> Vec<u64> {
 /// SINTER / SUNION / SDIFF key …
 fn set_op_reply(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], op: SetOp) -> CmdResult {
     let v = ctx.view();
-    let ids = op.apply(read_sets(v, &args[1..])?);
+    let sets = read_sets(v, &args[1..])?;
+    step_aside_past(op.walk(&sets));
+    let ids = op.apply(sets);
     let n = ids.len();
     Ok(Frame::Set(member_frames(ids.into_iter(), n)))
 }
@@ -509,7 +530,9 @@ fn set_op_reply(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], op: SetOp) -> CmdResult {
 /// like computing the result.
 fn set_op_store(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], op: SetOp) -> CmdResult {
     let v = ctx.view();
-    let ids = op.apply(read_sets(v, &args[2..])?);
+    let sets = read_sets(v, &args[2..])?;
+    step_aside_past(op.walk(&sets));
+    let ids = op.apply(sets);
     let dst = &args[1];
     if ids.is_empty() {
         if v.delete(dst, Free::Now) {
@@ -577,6 +600,7 @@ fn sintercard(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     else {
         return Ok(Frame::Integer(0));
     };
+    step_aside_past(inter_walk(tables.iter().map(TableRef::len)));
     let mut n = 0u64;
     for_each_common(&mut tables, |_| {
         n += 1;
@@ -724,6 +748,12 @@ fn srandmember(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
         return Ok(Frame::Array(Vec::new()));
     }
     let n = table.len();
+    // Distinct members walk at most 4 × `count` of them (`random_distinct`).
+    step_aside_past(if count < 0 {
+        count.unsigned_abs()
+    } else {
+        (count as u64).min(n)
+    });
     let mut rng = rand::thread_rng();
     let ids: Vec<u64> = if count < 0 {
         // Repetitions allowed: |count| independent draws.
@@ -782,6 +812,7 @@ fn spop(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
             Frame::Null
         });
     }
+    step_aside_past(count.map_or(1, |c| c.min(table.len())));
     let mut rng = rand::thread_rng();
     let popped = match count {
         None => vec![random_member(&table, &mut rng)],
