@@ -21,6 +21,8 @@
 //! - a client that never reads, cut off by `client-output-buffer-limit normal 64mb
 //!   0 0`: it pipelines GETs of an F megabyte value, worth 256 MB of replies; the
 //!   window ends when the server no longer counts it in `connected_clients`;
+//! - `SUNIONSTORE` of two sets of U ids each (one request, the reply an
+//!   integer: the walk of 2U members is the work);
 //! - two clients at once, each pipelining P `SINTERCARD 2 a b` over two sets of
 //!   16,000 ids (about half a millisecond each, too little for relcache to
 //!   hand the loop over for one): two, so one shares relcache's loop with the
@@ -28,7 +30,8 @@
 //!
 //! Environment: `BENCH_ROUNDS` (default 3), `BENCH_KEYS` (K, default 1000000),
 //! `BENCH_SET_IDS` (S, default 5000000), `BENCH_BIG_MB` (B, default 400),
-//! `BENCH_FLOOD_MB` (F, default 16), `BENCH_PIPELINE` (P, default 1000).
+//! `BENCH_FLOOD_MB` (F, default 16), `BENCH_PIPELINE` (P, default 1000),
+//! `BENCH_UNION_IDS` (U, default 1000000).
 //!
 //! What this does NOT measure:
 //! - A network, or a quiet machine. Clients and servers share one machine over
@@ -77,17 +80,19 @@ enum Op {
     BigGet,
     BigDel,
     CutOff,
+    Union,
     Pipelined,
 }
 
 impl Op {
-    const ALL: [Op; 7] = [
+    const ALL: [Op; 8] = [
         Op::Keys,
         Op::Flushall,
         Op::Sadd,
         Op::BigGet,
         Op::BigDel,
         Op::CutOff,
+        Op::Union,
         Op::Pipelined,
     ];
 
@@ -99,6 +104,7 @@ impl Op {
             Op::BigGet => "GET big value",
             Op::BigDel => "DEL big value",
             Op::CutOff => "output limit cut-off",
+            Op::Union => "SUNIONSTORE",
             Op::Pipelined => "pipelined SINTERCARDs",
         }
     }
@@ -110,6 +116,7 @@ struct Sizes {
     big_mb: u64,
     flood_mb: u64,
     pipeline: u64,
+    union_ids: u64,
 }
 
 /// A server under test, whichever it is.
@@ -191,6 +198,21 @@ fn populate(port: u16, n: u64) {
     }
 }
 
+/// Stores sets `a` and `b` of `n` ids each, the multiples of `steps[0]` and of
+/// `steps[1]`, in requests of at most 100,000 ids.
+fn two_sets(s: &mut BufReader<TcpStream>, t: &Target, n: u64, steps: [u64; 2]) {
+    for (key, step) in [&b"a"[..], b"b"].into_iter().zip(steps) {
+        for from in (0..n).step_by(100_000) {
+            let ids: Vec<String> = (from..(from + 100_000).min(n))
+                .map(|i| (i * step).to_string())
+                .collect();
+            let mut args: Vec<&[u8]> = vec![b"SADD", key];
+            args.extend(ids.iter().map(|id| id.as_bytes()));
+            assert_eq!(call(s, &args), ids.len() as u64, "SADD on {}", t.name);
+        }
+    }
+}
+
 /// The size of each of the two sets the pipelined SINTERCARDs intersect.
 const PIPELINED_SET_IDS: u64 = 16_000;
 
@@ -254,16 +276,8 @@ fn prepare(t: &Target, op: Op, sizes: &Sizes) {
         // FLUSHALL runs right after KEYS, on the same keys.
         Op::Keys => populate(t.port, sizes.keys),
         Op::Flushall | Op::Sadd => {}
-        Op::Pipelined => {
-            for (key, step) in [(&b"a"[..], 7u64), (b"b", 3)] {
-                let ids: Vec<String> = (0..PIPELINED_SET_IDS)
-                    .map(|i| (i * step).to_string())
-                    .collect();
-                let mut args: Vec<&[u8]> = vec![b"SADD", key];
-                args.extend(ids.iter().map(|id| id.as_bytes()));
-                assert_eq!(call(&mut s, &args), PIPELINED_SET_IDS, "SADD on {}", t.name);
-            }
-        }
+        Op::Pipelined => two_sets(&mut s, t, PIPELINED_SET_IDS, [7, 3]),
+        Op::Union => two_sets(&mut s, t, sizes.union_ids, [2, 3]),
         Op::BigGet | Op::BigDel => {
             let chunk = vec![b'x'; 4 << 20];
             for _ in 0..sizes.big_mb.div_ceil(4) {
@@ -318,6 +332,13 @@ fn run(t: &Target, op: Op, sizes: &Sizes) {
         }
         Op::BigDel => {
             assert_eq!(call(&mut s, &[b"DEL", b"big"]), 1, "DEL big on {}", t.name);
+        }
+        Op::Union => {
+            // a ∪ b: the even ids and the multiples of 3, less the multiples of 6.
+            let n = sizes.union_ids;
+            let union = 2 * n - (2 * n).div_ceil(6);
+            let reply = call(&mut s, &[b"SUNIONSTORE", b"dst", b"a", b"b"]);
+            assert_eq!(reply, union, "SUNIONSTORE on {}", t.name);
         }
         Op::Pipelined => {
             let req = harness::resp_cmd(&[b"SINTERCARD", b"2", b"a", b"b"])
@@ -415,6 +436,7 @@ fn main() {
         big_mb: env_u64("BENCH_BIG_MB", 400).max(4),
         flood_mb: env_u64("BENCH_FLOOD_MB", 16).clamp(1, 128),
         pipeline: env_u64("BENCH_PIPELINE", 1000).max(1),
+        union_ids: env_u64("BENCH_UNION_IDS", 1_000_000).max(1),
     };
     let relcache = TestServer::start();
     let redis = RedisServer::start();
