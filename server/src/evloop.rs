@@ -291,10 +291,13 @@ struct Poller {
     /// given the loop away): the slot stays taken until it comes back.
     clients: Slab<Option<Box<Client>>>,
     ready: VecDeque<usize>,
-    /// Connections just served that have more to do (their pass ran out of
-    /// time, or left input unread): they join the ready queue behind those the
-    /// next poll finds, which have waited longer. Served first, they had a
-    /// PING arriving behind a pipeline of 4 ms commands wait for two of them.
+    /// Connections to serve again without waiting for their sockets: those
+    /// just served that have more to do (their pass ran out of time, left
+    /// input unread or output unwritten, or was held back by the output
+    /// limit), and those back from another thread or loop. They join the ready
+    /// queue behind those the next poll finds, which have waited longer. Served
+    /// first, they had a PING arriving behind a pipeline of 4 ms commands wait
+    /// for two of them.
     again: Vec<usize>,
     /// Connections served this round whose replies wait to be written, out of
     /// their slots as while they are served.
@@ -457,6 +460,15 @@ fn wait_for_loop(shared: &Shared) -> Option<Box<Poller>> {
             deadline = std::time::Instant::now() + SPARE_KEEP;
         }
     }
+}
+
+/// Whether this thread holds its loop now: not on a thread that has handed it
+/// over (or never had one), where holding a connection up holds nobody else.
+pub(crate) fn holds_loop() -> bool {
+    let p = BATON.take();
+    let held = p.is_some();
+    BATON.set(p);
+    held
 }
 
 /// Gives the loop this thread holds, if it holds one, to a spare thread, which

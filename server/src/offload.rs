@@ -94,13 +94,12 @@ impl StepAside {
         }
     }
 
-    /// Between two steps: hands the loop over if the work is overdue.
+    /// Between two steps: hands the loop over if the work is overdue. Tried
+    /// again at the next step if no thread could take it (`loop-max-threads`);
+    /// on a thread that no longer holds its loop, trying costs a look.
     pub fn check(&mut self) {
         if !self.aside && self.started.elapsed_ns() >= STEP_ASIDE_AFTER_NS {
-            // Once: on a thread whose loop is gone (or that never had one)
-            // it would find nothing to hand over anyway.
-            self.aside = true;
-            crate::evloop::hand_over();
+            self.aside = crate::evloop::hand_over();
         }
     }
 }

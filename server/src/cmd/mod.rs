@@ -1176,7 +1176,11 @@ fn run_in<'a, 'v>(
     stats.calls.incr();
     let nanos = start.elapsed_ns();
     stats.nanos.add(nanos);
-    ctx.session.busy_ns += nanos;
+    if !in_exec {
+        // Inside EXEC or a script, the transaction's or script's own time
+        // counts it already.
+        ctx.session.busy_ns += nanos;
+    }
     server.stats.total_commands_processed.incr();
     crate::observe::after_command(server, &ctx.session.info, id, spec, &args, nanos);
     let reply = result.unwrap_or_else(|e| {

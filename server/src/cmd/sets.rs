@@ -370,7 +370,7 @@ fn smembers(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
         return Ok(Frame::Set(Vec::new()));
     };
     let table = e.value().as_idset()?.table();
-    step_aside_past(table.len());
+    step_aside_past(walked(&table));
     Ok(Frame::Set(member_frames(
         table.iter(),
         table.len() as usize,
@@ -431,13 +431,18 @@ impl SetOp {
         }
     }
 
-    /// How many members [`apply`](Self::apply) walks, about.
+    /// How many slots [`apply`](Self::apply) reads, at most: those of the
+    /// sets it walks, and as many probes into the others.
     fn walk(self, sets: &[Option<TableRef<'_>>]) -> u64 {
-        let len = |t: &Option<TableRef<'_>>| t.as_ref().map_or(0, TableRef::len);
+        let n = sets.len() as u64;
         match self {
-            SetOp::Inter => inter_walk(sets.iter().map(len)),
-            SetOp::Union => sets.iter().map(len).sum(),
-            SetOp::Diff => sets.first().map_or(0, len) * sets.len() as u64,
+            // A missing key is an empty set: nothing to walk.
+            SetOp::Inter if sets.iter().any(Option::is_none) => 0,
+            SetOp::Inter => inter_walk(sets.iter().flatten()),
+            SetOp::Union => n.saturating_mul(sets.iter().flatten().map(walked).sum()),
+            SetOp::Diff => {
+                n.saturating_mul(sets.first().and_then(Option::as_ref).map_or(0, walked))
+            }
         }
     }
 
@@ -471,11 +476,19 @@ impl SetOp {
     }
 }
 
-/// How many members an intersection of sets of these sizes walks, about: the
-/// smallest set's, each probed in the others ([`for_each_common`]).
-fn inter_walk(lens: impl Iterator<Item = u64>) -> u64 {
-    let (smallest, sets) = lens.fold((u64::MAX, 0), |(m, n), len| (m.min(len), n + 1));
-    smallest.saturating_mul(sets)
+/// How many slots a walk of `table`'s members reads: every one, however few
+/// are full (a table loaded with `RESERVE` may have millions for one id).
+fn walked(table: &TableRef<'_>) -> u64 {
+    table.len().max(u64::from(table.capacity()))
+}
+
+/// How many slots an intersection of `tables` reads: the smallest set's,
+/// each of its members probed in the others ([`for_each_common`]).
+fn inter_walk<'t>(tables: impl Iterator<Item = &'t TableRef<'t>>) -> u64 {
+    let (smallest, sets) = tables.fold((None::<&TableRef<'_>>, 0u64), |(s, n), t| {
+        (Some(s.filter(|s| s.len() <= t.len()).unwrap_or(t)), n + 1)
+    });
+    smallest.map_or(0, |t| walked(t).saturating_mul(sets))
 }
 
 /// Calls `f` with each member common to all `tables`, iterating the smallest and
@@ -600,7 +613,7 @@ fn sintercard(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     else {
         return Ok(Frame::Integer(0));
     };
-    step_aside_past(inter_walk(tables.iter().map(TableRef::len)));
+    step_aside_past(inter_walk(tables.iter()));
     let mut n = 0u64;
     for_each_common(&mut tables, |_| {
         n += 1;
@@ -713,6 +726,24 @@ fn random_distinct(table: &TableRef<'_>, count: usize, rng: &mut impl Rng) -> Ve
     all.partial_shuffle(rng, count).0.to_vec()
 }
 
+/// How many slots drawing `count` members of `table` reads, at most (as
+/// SRANDMEMBER counts: negative for draws that may repeat): the draws, or the
+/// whole table when they gather its members instead ([`random_distinct`], and
+/// the many draws of a negative count).
+fn random_walk(table: &TableRef<'_>, count: i64) -> u64 {
+    let draws = count.unsigned_abs();
+    let gathers = if count < 0 {
+        draws >= u64::from(table.capacity()) / 8
+    } else {
+        draws.saturating_mul(4) >= table.len()
+    };
+    if gathers {
+        walked(table).max(draws)
+    } else {
+        draws
+    }
+}
+
 /// SRANDMEMBER key [count]
 fn srandmember(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     let count = match args.len() {
@@ -748,21 +779,16 @@ fn srandmember(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
         return Ok(Frame::Array(Vec::new()));
     }
     let n = table.len();
-    // Distinct members walk at most 4 × `count` of them (`random_distinct`).
-    step_aside_past(if count < 0 {
-        count.unsigned_abs()
-    } else {
-        (count as u64).min(n)
-    });
+    let draws = count.unsigned_abs();
+    if count < 0 && draws > MAX_RANDOM_REPLY {
+        return Err(CmdError::err(format!(
+            "count is out of range: relcache replies with at most {MAX_RANDOM_REPLY} random members"
+        )));
+    }
+    step_aside_past(random_walk(&table, count));
     let mut rng = rand::thread_rng();
     let ids: Vec<u64> = if count < 0 {
         // Repetitions allowed: |count| independent draws.
-        let draws = count.unsigned_abs();
-        if draws > MAX_RANDOM_REPLY {
-            return Err(CmdError::err(format!(
-                "count is out of range: relcache replies with at most {MAX_RANDOM_REPLY} random members"
-            )));
-        }
         // Sampling slots, until the table proves too sparse for it; then (or for
         // draws enough to cost a walk anyway) from the members gathered once.
         let mut ids = Vec::with_capacity(draws as usize);
@@ -812,7 +838,7 @@ fn spop(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
             Frame::Null
         });
     }
-    step_aside_past(count.map_or(1, |c| c.min(table.len())));
+    step_aside_past(count.map_or(1, |c| random_walk(&table, c.min(i64::MAX as u64) as i64)));
     let mut rng = rand::thread_rng();
     let popped = match count {
         None => vec![random_member(&table, &mut rng)],
@@ -885,6 +911,44 @@ mod tests {
         assert!(t.capacity() > 500, "capacity {}", t.capacity());
         let mut rng = rand::thread_rng();
         assert!((0..100).all(|_| random_member(&t, &mut rng) == 1));
+    }
+
+    /// The walk a command declares before it decides to step aside counts the
+    /// slots it reads, which a sparse table has many more of than members.
+    #[test]
+    fn walks_count_the_slots_read() {
+        // One id in tens of thousands of slots, as `IDSET.LOAD … RESERVE` makes.
+        let sparse_bytes = Builder::new().reserve(70_000).build(&[1]);
+        let sparse = TableRef::open(&sparse_bytes).unwrap();
+        let small_bytes = Builder::new().build(&(1..=1_000).collect::<Vec<u64>>());
+        let small = TableRef::open(&small_bytes).unwrap();
+        assert_eq!(sparse.len(), 1);
+        let slots = u64::from(sparse.capacity());
+        assert!(slots > 70_000, "capacity {slots}");
+        assert_eq!(walked(&sparse), slots);
+        // An intersection walks the set with fewer members, the sparse one.
+        assert_eq!(inter_walk([&small, &sparse].into_iter()), 2 * slots);
+        assert_eq!(inter_walk(std::iter::empty()), 0);
+        let sets = [Some(small), Some(sparse), None];
+        assert_eq!(
+            SetOp::Inter.walk(&sets),
+            0,
+            "a missing key: nothing to walk"
+        );
+        assert_eq!(
+            SetOp::Union.walk(&sets),
+            3 * (walked(&small) + slots),
+            "each member probed in the sets before it"
+        );
+        assert_eq!(SetOp::Diff.walk(&sets), 3 * walked(&small));
+        // A few draws sample; a count near the size gathers the set.
+        let big_bytes = Builder::new().build(&(1..=100_000).collect::<Vec<u64>>());
+        let big = TableRef::open(&big_bytes).unwrap();
+        assert_eq!(random_walk(&big, 10), 10);
+        assert_eq!(random_walk(&big, 30_000), walked(&big));
+        assert_eq!(random_walk(&big, -10), 10);
+        assert_eq!(random_walk(&big, -1_000_000), 1_000_000);
+        assert_eq!(random_walk(&sparse, 1), slots, "one member: gathered");
     }
 
     #[test]

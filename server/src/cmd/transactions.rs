@@ -260,7 +260,8 @@ fn exec(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     let mut close = false;
     // A transaction of many heavy commands runs as long as they take: past a
     // millisecond the loop's other clients go on without it. Those that need
-    // the shards it holds wait for it, as they must for its atomicity.
+    // the shards it holds wait for it, as its atomicity requires (each on a
+    // thread of its own after a millisecond, up to `loop-max-threads`).
     let mut aside = StepAside::start();
     for ((id, spec), args) in resolved.into_iter().zip(&multi.queued) {
         aside.check();
