@@ -23,6 +23,14 @@ pub const SHARED_MIN: usize = 64 * 1024;
 /// Most parts handed to one `writev` (Linux takes up to 1024).
 const MAX_IOV: usize = 64;
 
+/// Most bytes one [`Output::write_to`] writes, as long as the socket takes
+/// them: a client reading a 400 MB value as fast as loopback gives it kept
+/// its loop writing for 80–150 ms, and the loop's other clients waiting
+/// (Redis's `NET_MAX_WRITES_PER_EVENT` bounds a write event the same way, at
+/// 64 KB). The connection is served again after the loop's other ready ones;
+/// a write of this size takes a few hundred microseconds.
+const MAX_WRITE: usize = 1024 * 1024;
+
 #[derive(Default)]
 pub struct Output {
     /// What goes out before `tail`, in order: encoded replies frozen when a
@@ -100,25 +108,30 @@ impl Output {
         });
     }
 
-    /// Writes as much as the socket takes now; returns how much that was. Once
-    /// all is written, the reply buffer goes back to the thread's spares, so a
-    /// connection never keeps the size of its largest reply.
+    /// Writes as much as the socket takes now, up to [`MAX_WRITE`]; returns how
+    /// much that was. Once all is written, the reply buffer goes back to the
+    /// thread's spares, so a connection never keeps the size of its largest
+    /// reply.
     pub fn write_to(&mut self, stream: &impl Socket) -> io::Result<usize> {
         let mut written = 0;
-        while !self.is_empty() {
+        while !self.is_empty() && written < MAX_WRITE {
+            // Bounded in each call too: a socket whose reader keeps draining it
+            // takes a 400 MB `writev` 20 MB at a time, 5–8 ms a call.
+            let mut room = MAX_WRITE - written;
             let n = if self.queued.is_empty() {
-                stream.send(&self.tail)
+                stream.send(&self.tail[..self.tail.len().min(room)])
             } else {
                 let mut parts = [IoSlice::new(&[]); MAX_IOV];
                 let mut k = 0;
-                for p in self.queued.iter().take(MAX_IOV - 1) {
-                    parts[k] = IoSlice::new(&p.bytes);
+                let all = self.queued.iter().map(|p| &p.bytes[..]);
+                for part in all.chain([&self.tail[..]]).take(MAX_IOV) {
+                    let part = &part[..part.len().min(room)];
+                    parts[k] = IoSlice::new(part);
                     k += 1;
-                }
-                // The tail goes too once every queued part is in.
-                if k == self.queued.len() {
-                    parts[k] = IoSlice::new(&self.tail);
-                    k += 1;
+                    room -= part.len();
+                    if room == 0 {
+                        break;
+                    }
                 }
                 stream.send_vectored(&parts[..k])
             };
@@ -243,6 +256,68 @@ mod tests {
                 o.consume(second);
                 assert_eq!(pending(&o), &all[first + second..]);
             }
+        }
+    }
+
+    /// A socket that takes at most `take` bytes a call, and keeps them.
+    struct Sink {
+        take: usize,
+        got: std::cell::RefCell<Vec<u8>>,
+        largest: std::cell::Cell<usize>,
+    }
+
+    impl Socket for Sink {
+        fn recv_spare(&self, _: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<usize> {
+            unreachable!("only written to")
+        }
+
+        fn send(&self, buf: &[u8]) -> io::Result<usize> {
+            self.send_vectored(&[IoSlice::new(buf)])
+        }
+
+        fn send_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+            let offered: usize = bufs.iter().map(|b| b.len()).sum();
+            self.largest.set(self.largest.get().max(offered));
+            let mut left = self.take;
+            for b in bufs {
+                let n = b.len().min(left);
+                self.got.borrow_mut().extend_from_slice(&b[..n]);
+                left -= n;
+            }
+            Ok(self.take - left)
+        }
+    }
+
+    /// However much the socket would take, one call writes at most
+    /// `MAX_WRITE`, offers the socket no more than that, and the calls
+    /// together write everything in order.
+    #[test]
+    fn a_write_is_bounded_and_the_rest_follows_in_order() {
+        let value = Bytes::from((0..3 * MAX_WRITE + 5).map(|i| i as u8).collect::<Vec<u8>>());
+        for take in [usize::MAX, MAX_WRITE + 1, MAX_WRITE / 3, 7] {
+            let mut o = Output::default();
+            o.buf().extend_from_slice(b"$before\r\n");
+            o.push_shared(value.clone());
+            o.buf().extend_from_slice(b"\r\n+after\r\n");
+            let all = pending(&o);
+            let sink = Sink {
+                take,
+                got: Default::default(),
+                largest: Default::default(),
+            };
+            let mut calls = 0;
+            while !o.is_empty() {
+                let n = o.write_to(&sink).unwrap();
+                assert!(n > 0 && n <= MAX_WRITE, "{n} bytes in one call");
+                calls += 1;
+            }
+            assert!(
+                sink.largest.get() <= MAX_WRITE,
+                "offered {}",
+                sink.largest.get()
+            );
+            assert!(calls >= all.len().div_ceil(MAX_WRITE), "{calls} calls");
+            assert_eq!(*sink.got.borrow(), all, "socket taking {take} a call");
         }
     }
 
