@@ -300,3 +300,46 @@ fn object_idletime_reports_recency() {
         .unwrap();
     assert_eq!(idle, 0);
 }
+
+/// A command that adds nothing evicts for at most a millisecond when memory
+/// is over the limit, as Redis bounds each command's eviction in time, and
+/// goes on; one that adds data evicts until it fits. (Every command evicted
+/// until under: an INFO after a lowered limit evicted 200,000 keys, and held
+/// its loop as long.) The limit is lowered inside a transaction, where CONFIG
+/// SET evicts nothing itself (the transaction holds shard locks the evictor
+/// needs).
+#[test]
+fn a_command_that_adds_nothing_evicts_for_a_moment_only() {
+    let s = TestServer::start();
+    let mut con = s.conn();
+    let n = 200_000u64;
+    let pairs: Vec<(String, String)> = (0..n)
+        .map(|i| (format!("k:{i}"), "v".repeat(100)))
+        .collect();
+    for chunk in pairs.chunks(10_000) {
+        redis::cmd("MSET").arg(chunk).query::<()>(&mut con).unwrap();
+    }
+    redis::cmd("CONFIG")
+        .arg(&["SET", "maxmemory-policy", "allkeys-random"])
+        .query::<()>(&mut con)
+        .unwrap();
+    let _: redis::Value = redis::pipe()
+        .atomic()
+        .cmd("CONFIG")
+        .arg(&["SET", "maxmemory", "1mb"])
+        .query(&mut con)
+        .unwrap();
+    // INFO adds nothing, and PING neither: each evicted for a moment.
+    let evicted = info_field(&mut con, "evicted_keys");
+    let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+    assert_eq!(pong, "PONG");
+    let evicted_too = info_field(&mut con, "evicted_keys");
+    assert!(
+        0 < evicted && evicted <= evicted_too && evicted_too < n / 2,
+        "{evicted}, then {evicted_too} of {n} keys evicted by INFO, PING and INFO"
+    );
+    // A write evicts until it fits: all but what 1 MB holds.
+    let set = redis::cmd("SET").arg("new").arg("v").query::<()>(&mut con);
+    let left: u64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert!(left < n / 10, "{left} keys left after a write ({set:?})");
+}

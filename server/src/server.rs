@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::Stamp;
 use crate::cmd::registry;
 use crate::config::Config;
 use crate::db::evict::Evictor;
@@ -53,6 +54,25 @@ pub struct Server {
     /// set once the loops start.
     pub loop_connections: OnceLock<Box<[Arc<AtomicUsize>]>>,
 }
+
+/// How far a command goes to bring memory back under `maxmemory`
+/// ([`Server::make_room`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Room {
+    /// It may add this many bytes: evict until they fit, or refuse it with OOM.
+    For(usize),
+    /// It adds nothing: evict for at most [`EVICT_SOME_NS`], as Redis bounds
+    /// each command's eviction in time, and go on. A limit lowered under a
+    /// full keyspace is thus worked off a millisecond a command, where every
+    /// command, a PING among them, evicted until under: a PING waited 2.4 s
+    /// while CONFIG SET maxmemory evicted 1M keys, evicting beside it.
+    Some,
+    /// Evict until under, refusing nothing: CONFIG SET maxmemory, which asked.
+    All,
+}
+
+/// The most time a command that adds nothing spends evicting ([`Room::Some`]).
+const EVICT_SOME_NS: u64 = 1_000_000;
 
 impl Server {
     pub fn new(config: Config, local_addr: SocketAddr, shutdown: CancellationToken) -> Server {
@@ -114,12 +134,16 @@ impl Server {
             .saturating_sub(self.clients.memory() as usize)
     }
 
-    /// Makes room under `maxmemory` for a command about to store `incoming` bytes,
-    /// evicting by the configured policy. Called before the command takes any lock.
-    /// `Err(Oom)` when memory stays over the limit and the command would add data
-    /// (`denyoom`); commands that only read or delete always proceed.
-    pub fn make_room(&self, incoming: usize, denyoom: bool) -> Result<(), CmdError> {
+    /// Makes room under `maxmemory` as `room` asks, evicting by the configured
+    /// policy. Called before the command takes any lock. `Err(Oom)` when memory
+    /// stays over the limit for a command that would add data; commands that
+    /// only read or delete always proceed.
+    pub fn make_room(&self, room: Room) -> Result<(), CmdError> {
         let max = self.config.maxmemory.load(Relaxed) as usize;
+        let (incoming, denyoom) = match room {
+            Room::For(bytes) => (bytes, true),
+            Room::Some | Room::All => (0, false),
+        };
         if max == 0 || self.data_memory() + incoming <= max {
             return Ok(());
         }
@@ -130,7 +154,16 @@ impl Server {
         // worker, before another key goes or the write is refused with OOM: the
         // keys written since are not evicted for memory that is coming back
         // (Redis's eviction also waits for its lazy-free jobs).
+        // A limit lowered under a full keyspace evicts a million keys in one
+        // call (CONFIG SET maxmemory held its loop's other clients for 3.3 s):
+        // past a millisecond, the loop goes on without this client.
+        let mut aside = crate::offload::StepAside::start();
+        let started = Stamp::now();
         let over = || {
+            if matches!(room, Room::Some) && started.elapsed_ns() >= EVICT_SOME_NS {
+                return false;
+            }
+            aside.check();
             if self.data_memory() + incoming <= max {
                 return false;
             }

@@ -173,7 +173,7 @@ fn config_set(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     // EXEC the transaction holds shard locks the evictor would need: the next
     // write after it evicts instead.
     if params.iter().any(|p| p.name == "maxmemory") && !ctx.in_exec() {
-        let _ = ctx.server.make_room(0, false);
+        let _ = ctx.server.make_room(crate::server::Room::All);
     }
     Ok(Frame::ok())
 }

@@ -53,7 +53,7 @@ use crate::blocking::Wait;
 use crate::db::{LockMode, View};
 use crate::error::CmdError;
 use crate::output::Output;
-use crate::server::Server;
+use crate::server::{Room, Server};
 use crate::session::Session;
 pub use argv::{with_owned, Argv};
 pub use spec::{CommandSpec, Keys};
@@ -692,7 +692,7 @@ fn execute(
         // instead, see `conn.rs`), so a read-only transaction still runs when
         // memory is full.
         if spec.has(spec::DENYOOM) {
-            if let Err(e) = server.make_room(0, true) {
+            if let Err(e) = server.make_room(Room::For(0)) {
                 return reject(server, session, id, spec, e);
             }
         }
@@ -714,7 +714,7 @@ fn execute(
     } else {
         None
     };
-    if let Err(e) = server.make_room(incoming.unwrap_or(0), incoming.is_some()) {
+    if let Err(e) = server.make_room(incoming.map_or(Room::Some, Room::For)) {
         // An EXEC refused here ends its transaction with EXECABORT, as Redis's.
         return reject(server, session, id, spec, e);
     }
