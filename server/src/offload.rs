@@ -41,14 +41,14 @@ pub const LARGE_ARGS: usize = 64 * 1024;
 /// Tables larger than this (in bytes) are rebuilt offloaded.
 pub const LARGE_TABLE: usize = 256 * 1024;
 
-/// Members a command may walk (gather, intersect, build a set of) on its
-/// loop: about a millisecond of work. A walk of a 3M-id set (SMEMBERS,
-/// SUNIONSTORE…) held the loop's other clients for 150–650 ms.
+/// Slots (or keys) a command may read on its loop, walking, gathering or
+/// intersecting sets: about a millisecond of work. A walk of a 3M-id set
+/// (SMEMBERS, SUNIONSTORE…) held the loop's other clients for 150–650 ms.
 pub const LARGE_WALK: u64 = 32 * 1024;
 
 /// Lets the loop go on without the command running on it, for the rest of the
-/// command, if that walks more than [`LARGE_WALK`] members (below that the
-/// hand-over would cost more than the wait it saves). What [`offload`] does,
+/// command, if that reads more than [`LARGE_WALK`] slots or keys (below that
+/// the hand-over would cost more than the wait it saves). What [`offload`] does,
 /// for a command that knows how long it will be only once it has its keys.
 pub fn step_aside_past(members: u64) {
     if members > LARGE_WALK {

@@ -25,10 +25,12 @@ const MAX_IOV: usize = 64;
 
 /// Most bytes one [`Output::write_to`] writes, as long as the socket takes
 /// them: a client reading a 400 MB value as fast as loopback gives it kept
-/// its loop writing for 80–150 ms, and the loop's other clients waiting
-/// (Redis's `NET_MAX_WRITES_PER_EVENT` bounds a write event the same way, at
-/// 64 KB). The connection is served again after the loop's other ready ones;
-/// a write of this size takes a few hundred microseconds.
+/// its loop writing for 77–152 ms (the stalls bench), and the loop's other
+/// clients waiting. Redis stops a write event once it has written more than
+/// 64 KB (`NET_MAX_WRITES_PER_EVENT`, unless over `maxmemory`), though one
+/// `write` of a big reply may send more. The connection is served again after
+/// the loop's other ready ones; a write of this size takes a few hundred
+/// microseconds.
 const MAX_WRITE: usize = 1024 * 1024;
 
 #[derive(Default)]
@@ -116,7 +118,7 @@ impl Output {
         let mut written = 0;
         while !self.is_empty() && written < MAX_WRITE {
             // Bounded in each call too: a socket whose reader keeps draining it
-            // takes a 400 MB `writev` 20 MB at a time, 5–8 ms a call.
+            // takes a 400 MB `writev` 15–24 MB at a time, 5–8 ms a call.
             let mut room = MAX_WRITE - written;
             let n = if self.queued.is_empty() {
                 stream.send(&self.tail[..self.tail.len().min(room)])

@@ -472,7 +472,7 @@ fn members(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
         });
     };
     let table = e.value().as_idset()?.table();
-    crate::offload::step_aside_past(table.len());
+    crate::offload::step_aside_past(setcore::walked(&table));
     if packed {
         let mut out = BytesMut::with_capacity(table.len() as usize * 8);
         table.iter().for_each(|id| out.put_u64_le(id));

@@ -323,6 +323,12 @@ impl PageLimit {
     }
 }
 
+/// How many slots a walk of `table`'s members reads: every one, however few
+/// are full (a table loaded with `RESERVE` may have millions for one id).
+pub(super) fn walked(table: &TableRef<'_>) -> u64 {
+    table.len().max(u64::from(table.capacity()))
+}
+
 /// The members in the slots from `cursor` on (plus the flag ids on the first page)
 /// within `limit`, reading at least one slot so every call moves on; and the next
 /// cursor, 0 at the end.

@@ -26,7 +26,7 @@ use relcache_protocol::resp::Frame;
 use smallvec::SmallVec;
 
 use super::ids::{id_frame, member_frames, parse_cursor, parse_id_opt, parse_ids};
-use super::setcore::{self, scan_page, scan_reply, Added, PageLimit, ScanOpts};
+use super::setcore::{self, scan_page, scan_reply, walked, Added, PageLimit, ScanOpts};
 use super::spec::{self, CommandSpec, Group, Keys};
 use super::{eq_ic, parse_i64, parse_i64_opt, Ctx};
 use crate::db::{self, Free, IdSet, Value, View};
@@ -474,12 +474,6 @@ impl SetOp {
             }
         }
     }
-}
-
-/// How many slots a walk of `table`'s members reads: every one, however few
-/// are full (a table loaded with `RESERVE` may have millions for one id).
-fn walked(table: &TableRef<'_>) -> u64 {
-    table.len().max(u64::from(table.capacity()))
 }
 
 /// How many slots an intersection of `tables` reads: the smallest set's,
