@@ -714,7 +714,15 @@ fn execute(
     } else {
         None
     };
-    if let Err(e) = server.make_room(incoming.map_or(Room::Some, Room::For)) {
+    // A command that may grant a lease or run a script's writes refuses them
+    // itself while memory is over: it evicts until under first, as all did.
+    let decides_itself = spec.has(spec::RUNS_SCRIPT | spec::LOCK_WRITE | spec::BLOCKING);
+    let room = match incoming {
+        Some(bytes) => Room::For(bytes),
+        None if decides_itself => Room::All,
+        None => Room::Some,
+    };
+    if let Err(e) = server.make_room(room) {
         // An EXEC refused here ends its transaction with EXECABORT, as Redis's.
         return reject(server, session, id, spec, e);
     }
