@@ -50,8 +50,8 @@ pub const LARGE_WALK: u64 = 32 * 1024;
 /// command, if that reads more than [`LARGE_WALK`] slots or keys (below that
 /// the hand-over would cost more than the wait it saves). What [`offload`] does,
 /// for a command that knows how long it will be only once it has its keys.
-pub fn step_aside_past(members: u64) {
-    if members > LARGE_WALK {
+pub fn step_aside_past(reads: u64) {
+    if reads > LARGE_WALK {
         crate::evloop::hand_over();
     }
 }
@@ -77,7 +77,8 @@ pub fn offload<R>(f: impl FnOnce() -> R) -> R {
 /// `EVAL "return 1" 0` cost 1.6–2.0 times the CPU a request.
 pub const STEP_ASIDE_AFTER_NS: u64 = 1_000_000;
 
-/// Work of unknown length done in steps on a loop (a transaction's commands):
+/// Work of unknown length done in steps on a loop (a transaction's commands,
+/// the keys an eviction takes):
 /// once it has run [`STEP_ASIDE_AFTER_NS`], the loop goes on without it, as
 /// with [`offload`], and the loop's other clients wait for at most one step
 /// more.

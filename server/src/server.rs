@@ -61,12 +61,12 @@ pub struct Server {
 pub enum Room {
     /// It may add this many bytes: evict until they fit, or refuse it with OOM.
     For(usize),
-    /// It adds nothing: evict for at most [`EVICT_SOME_NS`], as Redis bounds
+    /// It adds nothing: evict for at most [`EVICT_MOMENT_NS`], as Redis bounds
     /// each command's eviction in time, and go on. A limit lowered under a
     /// full keyspace is thus worked off a millisecond a command, where every
     /// command, a PING among them, evicted until under: a PING waited 2.4 s
     /// while CONFIG SET maxmemory evicted 1M keys, evicting beside it.
-    Some,
+    Moment,
     /// Evict until under, refusing nothing: CONFIG SET maxmemory, which asked,
     /// and a command that refuses by itself if memory stays over (a script's
     /// first write, a lease granted on a miss), which must not be refused for
@@ -74,8 +74,8 @@ pub enum Room {
     All,
 }
 
-/// The most time a command that adds nothing spends evicting ([`Room::Some`]).
-const EVICT_SOME_NS: u64 = 1_000_000;
+/// The most time a command that adds nothing spends evicting ([`Room::Moment`]).
+const EVICT_MOMENT_NS: u64 = 1_000_000;
 
 impl Server {
     pub fn new(config: Config, local_addr: SocketAddr, shutdown: CancellationToken) -> Server {
@@ -145,7 +145,7 @@ impl Server {
         let max = self.config.maxmemory.load(Relaxed) as usize;
         let (incoming, denyoom) = match room {
             Room::For(bytes) => (bytes, true),
-            Room::Some | Room::All => (0, false),
+            Room::Moment | Room::All => (0, false),
         };
         if max == 0 || self.data_memory() + incoming <= max {
             return Ok(());
@@ -163,7 +163,7 @@ impl Server {
         let mut aside = crate::offload::StepAside::start();
         let started = Stamp::now();
         let over = || {
-            if room == Room::Some && started.elapsed_ns() >= EVICT_SOME_NS {
+            if room == Room::Moment && started.elapsed_ns() >= EVICT_MOMENT_NS {
                 return false;
             }
             aside.check();
@@ -172,7 +172,7 @@ impl Server {
             }
             if crate::offload::pending_frees() > 0 {
                 // A command that adds nothing does not wait for it either.
-                if room == Room::Some {
+                if room == Room::Moment {
                     return false;
                 }
                 crate::offload::offload(crate::offload::wait_freed);

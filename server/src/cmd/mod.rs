@@ -720,7 +720,7 @@ fn execute(
     let room = match incoming {
         Some(bytes) => Room::For(bytes),
         None if decides_itself => Room::All,
-        None => Room::Some,
+        None => Room::Moment,
     };
     if let Err(e) = server.make_room(room) {
         // An EXEC refused here ends its transaction with EXECABORT, as Redis's.
