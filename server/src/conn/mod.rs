@@ -95,8 +95,6 @@ pub(crate) enum Closed {
 pub(crate) struct Replies {
     /// Requests were held back, the output being over the soft limit.
     held: bool,
-    /// The pass ran out of its time ([`PASS_BUDGET_NS`]) with requests left.
-    yielded: bool,
 }
 
 /// What a pass over the buffered requests leaves to do.
@@ -328,7 +326,7 @@ impl Conn {
         }
         client_memory::publish(server, &info, &mut self.published, now);
         self.yielded = yielded;
-        Ok(Replies { held, yielded })
+        Ok(Replies { held })
     }
 
     /// Writes the replies of a pass ([`run`](Self::run)) in one go, and checks
@@ -357,7 +355,7 @@ impl Conn {
         self.check_output(server)?;
         let now = self.footprint();
         client_memory::publish(server, &self.session.info, &mut self.published, now);
-        if ran.yielded
+        if self.yielded
             || (ran.held && !held_back(output_limit(server, &self.session).soft, &self.wbuf))
         {
             return Ok(Pass::Again);
