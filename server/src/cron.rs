@@ -1,12 +1,13 @@
 //! The background loop: active expiry, forgetting lapsed leases, closing idle
-//! MIGRATE links, noting the memory peak and sampling the instantaneous rates,
-//! `hz` times a second.
+//! MIGRATE links, noting the memory peak, sampling the instantaneous rates and
+//! shrinking emptied tables, `hz` times a second; and between those, evicting
+//! while memory stays over `maxmemory`.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use crate::db::expire;
-use crate::server::Server;
+use crate::server::{Evicted, Room, Server};
 
 /// Runs until shutdown, on its own thread so a sweep never occupies a runtime
 /// worker that serves clients.
@@ -45,6 +46,30 @@ pub fn run(server: &Server) {
         crate::outbound::sweep();
         let lapsed = server.db.sweep_leases();
         server.stats.lease_lapses.add(lapsed as u64);
-        std::thread::sleep(period);
+        server.db.shrink_sparse();
+        rest(server, started + period);
+    }
+}
+
+/// Waits for the next round, evicting meanwhile while memory is over
+/// `maxmemory`. A command that adds nothing evicts for a millisecond at most
+/// (`Room::Moment`), so a limit lowered under a full keyspace, or memory that
+/// grew while a write was refused, would otherwise stay over until writes came;
+/// Redis likewise goes on evicting from a timer once a command's eviction ran
+/// out of time. Nothing waits here but this thread: commands evict beside it.
+fn rest(server: &Server, until: Instant) {
+    while server.over_maxmemory() && Instant::now() < until {
+        match server.evict(Room::Background) {
+            Evicted::Under | Evicted::Stuck => break,
+            // Memory is coming back from the lazy-free thread, which a slice of
+            // eviction does not wait for: this one does, a little.
+            Evicted::Paused if crate::offload::pending_frees() > 0 => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Evicted::Paused => {}
+        }
+    }
+    if let Some(left) = until.checked_duration_since(Instant::now()) {
+        std::thread::sleep(left);
     }
 }

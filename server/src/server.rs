@@ -6,7 +6,7 @@
 //! background loop ([`crate::cron`]) are built on it, not in it.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -38,6 +38,7 @@ pub struct Server {
     /// The Lua script cache and the scripts running now.
     pub scripts: crate::script::Scripts,
     pub evictor: Evictor,
+    pub over_limit: OverLimit,
     /// Cancelled to shut down: by the caller of [`crate::run`], or by SHUTDOWN.
     pub shutdown: CancellationToken,
     pub started: Instant,
@@ -61,12 +62,16 @@ pub struct Server {
 pub enum Room {
     /// It may add this many bytes: evict until they fit, or refuse it with OOM.
     For(usize),
-    /// It adds nothing: evict for at most [`EVICT_MOMENT_NS`], as Redis bounds
-    /// each command's eviction in time, and go on. A limit lowered under a
-    /// full keyspace is thus worked off a millisecond a command, where every
-    /// command, a PING among them, evicted until under: a PING waited 2.4 s
-    /// while CONFIG SET maxmemory evicted 1M keys, evicting beside it.
+    /// It adds nothing: evict one key, then more for at most
+    /// `maxmemory-eviction-tenacity`'s time (`Config::eviction_slice_ns`, 500
+    /// µs by default), as Redis bounds each command's eviction, and go on. The
+    /// background loop evicts the rest (`crate::cron`). Before, every command, a
+    /// PING among them, evicted until under: a PING waited 2.4 s while CONFIG
+    /// SET maxmemory evicted 1M keys, evicting beside it.
     Moment,
+    /// The background loop's eviction between commands: a [`Room::Moment`],
+    /// counted apart.
+    Background,
     /// Evict until under, refusing nothing: CONFIG SET maxmemory, which asked,
     /// and a command that refuses by itself if memory stays over (a script's
     /// first write, a lease granted on a miss), which must not be refused for
@@ -74,8 +79,72 @@ pub enum Room {
     All,
 }
 
-/// The most time a command that adds nothing spends evicting ([`Room::Moment`]).
-const EVICT_MOMENT_NS: u64 = 1_000_000;
+/// Where an eviction ([`Server::evict`]) left memory.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Evicted {
+    /// Under the limit, with room for what the command brings.
+    Under,
+    /// Still over: the eviction's time ran out, or what is being freed was not
+    /// waited for.
+    Paused,
+    /// Still over, with no key the policy may evict.
+    Stuck,
+}
+
+/// Since when memory has stayed over `maxmemory` after evicting, and for how
+/// long in all (INFO's `current_eviction_exceeded_time` and
+/// `total_eviction_exceeded_time`): a limit that evictions keep failing to meet
+/// shows here, as in Redis.
+#[derive(Default)]
+pub struct OverLimit {
+    /// The counter's ticks when memory was last found over after evicting; 0
+    /// while under.
+    since: AtomicU64,
+    /// Nanoseconds of the ended spells over the limit.
+    total_ns: AtomicU64,
+}
+
+impl OverLimit {
+    fn begin(&self) {
+        if self.since.load(Relaxed) == 0 {
+            let _ = self
+                .since
+                .compare_exchange(0, Stamp::now().ticks().max(1), Relaxed, Relaxed);
+        }
+    }
+
+    /// One relaxed load on every command while under.
+    fn end(&self) {
+        if self.since.load(Relaxed) != 0 {
+            let since = self.since.swap(0, Relaxed);
+            if since != 0 {
+                let spell = Stamp::from_ticks(since).elapsed_ns();
+                self.total_ns.fetch_add(spell, Relaxed);
+            }
+        }
+    }
+
+    /// CONFIG RESETSTAT: a spell going on counts from now.
+    pub fn reset(&self) {
+        self.total_ns.store(0, Relaxed);
+        if self.since.load(Relaxed) != 0 {
+            self.since.store(Stamp::now().ticks().max(1), Relaxed);
+        }
+    }
+
+    /// How long the spell going on now has lasted (0 if under), and the
+    /// spells' total including it, in milliseconds.
+    pub fn millis(&self) -> (u64, u64) {
+        let since = self.since.load(Relaxed);
+        let now = if since == 0 {
+            0
+        } else {
+            Stamp::from_ticks(since).elapsed_ns()
+        };
+        let total = self.total_ns.load(Relaxed) + now;
+        (now / 1_000_000, total / 1_000_000)
+    }
+}
 
 impl Server {
     pub fn new(config: Config, local_addr: SocketAddr, shutdown: CancellationToken) -> Server {
@@ -111,6 +180,7 @@ impl Server {
             tracking: crate::tracking::Registry::default(),
             scripts: crate::script::Scripts::default(),
             evictor: Evictor::default(),
+            over_limit: OverLimit::default(),
             shutdown,
             started: Instant::now(),
             run_id,
@@ -142,13 +212,25 @@ impl Server {
     /// stays over the limit for a command that would add data; commands that
     /// only read or delete always proceed.
     pub fn make_room(&self, room: Room) -> Result<(), CmdError> {
+        match (self.evict(room), room) {
+            (Evicted::Paused | Evicted::Stuck, Room::For(_)) => Err(CmdError::Oom),
+            _ => Ok(()),
+        }
+    }
+
+    /// Evicts by the configured policy as `room` asks, and says where that left
+    /// memory. Used before commands ([`Server::make_room`]) and, for memory left
+    /// over the limit with no command coming, by the background loop.
+    pub fn evict(&self, room: Room) -> Evicted {
         let max = self.config.maxmemory.load(Relaxed) as usize;
-        let (incoming, denyoom) = match room {
-            Room::For(bytes) => (bytes, true),
-            Room::Moment | Room::All => (0, false),
+        let incoming = match room {
+            Room::For(bytes) => bytes,
+            Room::Moment | Room::Background | Room::All => 0,
         };
-        if max == 0 || self.data_memory() + incoming <= max {
-            return Ok(());
+        let fits = || self.data_memory() + incoming <= max;
+        if max == 0 || fits() {
+            self.over_limit.end();
+            return Evicted::Under;
         }
         let policy = self.config.policy();
         let samples = self.config.maxmemory_samples.load(Relaxed) as usize;
@@ -161,34 +243,50 @@ impl Server {
         // call (CONFIG SET maxmemory held its loop's other clients for 3.3 s):
         // past a millisecond, the loop goes on without this client.
         let mut aside = crate::offload::StepAside::start();
-        let started = Stamp::now();
+        let (started, slice) = (Stamp::now(), self.config.eviction_slice_ns());
+        let bounded = matches!(room, Room::Moment | Room::Background);
+        let mut first = true;
         let over = || {
-            if room == Room::Moment && started.elapsed_ns() >= EVICT_MOMENT_NS {
+            // One key at least, so that even a slice of 0 makes progress.
+            if bounded && !std::mem::take(&mut first) && started.elapsed_ns() >= slice {
                 return false;
             }
             aside.check();
-            if self.data_memory() + incoming <= max {
+            if fits() {
                 return false;
             }
             if crate::offload::pending_frees() > 0 {
                 // A command that adds nothing does not wait for it either.
-                if room == Room::Moment {
+                if bounded {
                     return false;
                 }
                 crate::offload::offload(crate::offload::wait_freed);
             }
-            self.data_memory() + incoming > max
+            !fits()
         };
-        let (evicted, still_over) = self.evictor.evict(&self.db, policy, samples, over, |key| {
+        let (evicted, stuck) = self.evictor.evict(&self.db, policy, samples, over, |key| {
             crate::notify::event(self, crate::notify::EVICTED, "evicted", key)
         });
         if evicted > 0 {
+            // The part first, so that INFO never shows more evicted by
+            // commands than were.
+            if room == Room::Background {
+                self.stats.evicted_keys_background.add(evicted);
+            }
             self.stats.evicted_keys.add(evicted);
         }
-        if still_over && denyoom {
-            return Err(CmdError::Oom);
+        let ended = if stuck {
+            Evicted::Stuck
+        } else if fits() {
+            Evicted::Under
+        } else {
+            Evicted::Paused
+        };
+        match ended {
+            Evicted::Under => self.over_limit.end(),
+            _ => self.over_limit.begin(),
         }
-        Ok(())
+        ended
     }
 
     /// Whether data memory is over `maxmemory` now (never without a limit).

@@ -109,6 +109,9 @@ pub struct Stats {
     pub rejected_connections: Counter,
     pub expired_keys: Counter,
     pub evicted_keys: Counter,
+    /// Of `evicted_keys`, those the background loop evicted, with no command
+    /// waiting (INFO's `evicted_keys_background`).
+    pub evicted_keys_background: Counter,
     /// Clients closed to bring client memory under `maxmemory-clients`.
     pub evicted_clients: Counter,
     /// EVAL-cached scripts dropped to keep at most 500 of them (Redis 7.4).
@@ -156,6 +159,7 @@ impl Stats {
             &self.rejected_connections,
             &self.expired_keys,
             &self.evicted_keys,
+            &self.evicted_keys_background,
             &self.evicted_clients,
             &self.evicted_scripts,
             &self.keyspace_hits,

@@ -181,6 +181,7 @@ fn config_set(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
 fn config_resetstat(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     let server = ctx.server;
     server.stats.reset();
+    server.over_limit.reset();
     server.cmdstats.iter().for_each(|s| s.reset());
     server.observe.reset_stats();
     crate::alloc::reset_peak();

@@ -518,10 +518,16 @@ fn info_stats(server: &Server, out: &mut String) {
     field(out, "expired_time_cap_reached_count", 0);
     field(out, "expire_cycle_cpu_milliseconds", 0);
     field(out, "evicted_keys", s.evicted_keys.get());
+    field(
+        out,
+        "evicted_keys_background",
+        s.evicted_keys_background.get(),
+    );
     field(out, "evicted_clients", s.evicted_clients.get());
     field(out, "evicted_scripts", s.evicted_scripts.get());
-    field(out, "total_eviction_exceeded_time", 0);
-    field(out, "current_eviction_exceeded_time", 0);
+    let (current_over, total_over) = server.over_limit.millis();
+    field(out, "total_eviction_exceeded_time", total_over);
+    field(out, "current_eviction_exceeded_time", current_over);
     field(out, "keyspace_hits", s.keyspace_hits.get());
     field(out, "keyspace_misses", s.keyspace_misses.get());
     let (channels, patterns) = server.pubsub.counts();

@@ -158,23 +158,27 @@ const SCRIPT_SUBCOMMANDS: &[CommandSpec] = &[
 ];
 
 fn eval(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let over_memory = ctx.server.over_maxmemory();
     let script = cached(ctx.server, args[1], Origin::Eval)?;
-    eval_generic(ctx, args, &script, false)
+    eval_generic(ctx, args, &script, false, over_memory)
 }
 
 fn evalsha(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let over_memory = ctx.server.over_maxmemory();
     let script = by_sha(ctx.server, args[1])?;
-    eval_generic(ctx, args, &script, false)
+    eval_generic(ctx, args, &script, false, over_memory)
 }
 
 fn eval_ro(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let over_memory = ctx.server.over_maxmemory();
     let script = cached(ctx.server, args[1], Origin::Eval)?;
-    eval_generic(ctx, args, &script, true)
+    eval_generic(ctx, args, &script, true, over_memory)
 }
 
 fn evalsha_ro(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
+    let over_memory = ctx.server.over_maxmemory();
     let script = by_sha(ctx.server, args[1])?;
-    eval_generic(ctx, args, &script, true)
+    eval_generic(ctx, args, &script, true, over_memory)
 }
 
 /// The script with this body, compiled and cached (EVAL caches what it runs, as
@@ -214,12 +218,33 @@ fn by_sha(server: &Server, sha: &[u8]) -> Result<Arc<Script>, CmdError> {
 /// What a script may do, decided before it runs.
 struct Rules<'k> {
     read_only: bool,
-    allow_oom: bool,
+    /// Its writes that may add data are refused: memory was over `maxmemory`
+    /// when it started (after the eviction before it), and it did not say
+    /// `allow-oom`. Decided once, as Redis does, from memory before the
+    /// script: looked at again at each write, the script's own compilation,
+    /// Lua stack and arguments could refuse a script that started under.
+    refuse_oom: bool,
     /// The declared keys; `None` when any key may be touched (every shard is held).
     declared: Option<&'k [&'k [u8]]>,
 }
 
-fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], script: &Script, ro: bool) -> CmdResult {
+/// `over_memory`: whether memory was over `maxmemory` when the command
+/// started, looked at before the script was compiled.
+fn eval_generic(
+    ctx: &mut Ctx<'_, '_>,
+    args: &[&[u8]],
+    script: &Script,
+    ro: bool,
+    over_memory: bool,
+) -> CmdResult {
+    // A script that declares flags, and neither `no-writes` nor `allow-oom`,
+    // is refused whole while memory is over, as Redis refuses it before it
+    // runs (such a script is a deny-oom command there); one without flags
+    // only at its first write (`Rules::refuse_oom`).
+    let flags = &script.flags;
+    if over_memory && flags.shebang && !flags.no_writes && !flags.allow_oom {
+        return Err(CmdError::Oom);
+    }
     let numkeys = parse_i64(args[2])?;
     if numkeys < 0 {
         return Err(CmdError::err("Number of keys can't be negative"));
@@ -246,7 +271,7 @@ fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], script: &Script, ro: bool
             || server.config.lua_allow_undeclared_keys.load(Relaxed));
     let rules = Rules {
         read_only: ro || script.flags.no_writes,
-        allow_oom: script.flags.allow_oom,
+        refuse_oom: over_memory && !script.flags.allow_oom,
         declared: (!undeclared).then_some(keys),
     };
     let mode = if rules.read_only {
@@ -375,7 +400,9 @@ fn call<'a>(
         if rules.read_only {
             return Frame::error("ERR Write commands are not allowed from read-only scripts.");
         }
-        if spec.has(spec::DENYOOM) && !rules.allow_oom && server.over_maxmemory() {
+        // Only its first write: once it has written, stopping it half-way
+        // would do more harm than the memory.
+        if spec.has(spec::DENYOOM) && rules.refuse_oom && !running.wrote.load(Relaxed) {
             return CmdError::Oom.to_frame();
         }
     }

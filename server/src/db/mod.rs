@@ -181,6 +181,24 @@ impl Db {
         swept
     }
 
+    /// Shrinks the tables of shards that lost most of their keys (see
+    /// `ShardMap::shrink`), each under its lock for the copy of what is left.
+    /// A shard in use is passed over until the next call. Returns how many
+    /// shards were shrunk.
+    pub fn shrink_sparse(&self) -> usize {
+        let mut shrunk = 0;
+        for shard in self.shards.iter() {
+            if !shard.map.try_read().is_some_and(|m| m.is_sparse()) {
+                continue;
+            }
+            if let Some(mut map) = shard.map.try_write() {
+                map.shrink();
+                shrunk += 1;
+            }
+        }
+        shrunk
+    }
+
     /// The current LRU clock: Unix milliseconds, truncated to 32 bits. Entries store
     /// it on access and idle time is a wrapping difference, exact for idle times up
     /// to 49 days (Redis's 24-bit seconds clock wraps after 194 days but cannot order

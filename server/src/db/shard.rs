@@ -19,6 +19,20 @@ use super::lease::Leases;
 /// (Redis's `LAZYFREE_THRESHOLD` is 64 allocations).
 const INLINE_FREE_MAX: usize = 64;
 
+/// A table holding keys in fewer than one of every `SPARSE` places it has room
+/// for is shrunk ([`ShardMap::shrink`]), as Redis resizes a dict under a tenth
+/// full: a keyspace emptied by DEL, expiry or eviction otherwise kept the room of
+/// its largest size (29 MB of empty tables after 200,000 keys went, where the
+/// server started at 3 MB).
+const SPARSE: usize = 10;
+/// Tables with room for fewer keys than this are left as they are: too little to
+/// be worth a copy.
+const SHRINK_MIN_CAPACITY: usize = 64;
+
+fn sparse(capacity: usize, len: usize) -> bool {
+    capacity >= SHRINK_MIN_CAPACITY && len * SPARSE < capacity
+}
+
 /// What a WATCHing connection shares with the shards: set when a watched key changes.
 pub type WatchFlag = Arc<AtomicBool>;
 
@@ -100,6 +114,28 @@ impl ShardMap {
     /// growing the table step by step.
     pub fn reserve(&mut self, additional: usize) {
         self.map.reserve(additional);
+    }
+
+    /// Whether a table of the shard has far more room than keys (see [`SPARSE`]).
+    pub fn is_sparse(&self) -> bool {
+        sparse(self.map.capacity(), self.map.len())
+            || sparse(self.volatile.capacity(), self.volatile.len())
+            || sparse(self.watched.capacity(), self.watched.len())
+    }
+
+    /// Gives back the room of sparse tables, keeping twice what they hold so
+    /// that the next keys do not grow them again at once. Positions stay as they
+    /// are, so a SCAN cursor means what it meant.
+    pub fn shrink(&mut self) {
+        if sparse(self.map.capacity(), self.map.len()) {
+            self.map.shrink_to(self.map.len() * 2);
+        }
+        if sparse(self.volatile.capacity(), self.volatile.len()) {
+            self.volatile.shrink_to(self.volatile.len() * 2);
+        }
+        if sparse(self.watched.capacity(), self.watched.len()) {
+            self.watched.shrink_to(self.watched.len() * 2);
+        }
     }
 
     /// Removes `key`, expired or not.
@@ -262,6 +298,34 @@ mod tests {
         m.unwatch(b"k", &flag);
         m.remove(b"k");
         assert!(!flag.load(Relaxed));
+    }
+
+    #[test]
+    fn a_table_left_mostly_empty_gives_its_room_back_and_keeps_its_order() {
+        let mut m = ShardMap::default();
+        for i in 0..10_000 {
+            m.insert(format!("k{i}").as_bytes(), s("v"), 1 + i as u64, 0);
+        }
+        assert!(!m.is_sparse());
+        for i in 0..9_500 {
+            m.remove(format!("k{i}").as_bytes());
+        }
+        assert!(m.is_sparse());
+        let before: Vec<Key> = m.iter().map(|(k, _)| k.clone()).collect();
+        let room = m.map.capacity();
+        m.shrink();
+        assert!(!m.is_sparse());
+        assert!(
+            m.map.capacity() * 5 < room,
+            "{} of {room}",
+            m.map.capacity()
+        );
+        assert!(m.volatile.capacity() < 2_000);
+        assert!(m.map.capacity() >= 1_000, "twice the keys left stay");
+        let after: Vec<Key> = m.iter().map(|(k, _)| k.clone()).collect();
+        assert_eq!(before, after, "dense positions (SCAN's cursor) unchanged");
+        assert_eq!(m.volatile_len(), 500);
+        assert!(m.get(b"k9999", 0).is_some());
     }
 
     #[test]
