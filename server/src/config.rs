@@ -1259,6 +1259,24 @@ mod tests {
     }
 
     #[test]
+    fn eviction_tenacity_maps_as_redis_maps_it() {
+        let c = Config::default();
+        let slice = |t: &str| {
+            c.set("maxmemory-eviction-tenacity", t, false).unwrap();
+            c.eviction_slice_ns()
+        };
+        assert_eq!(slice("0"), 0);
+        assert_eq!(slice("1"), 50_000);
+        assert_eq!(slice("10"), 500_000, "the default");
+        assert_eq!(slice("11"), 575_000);
+        // About two minutes at 99, as Redis's comment has it.
+        assert!((100_000_000_000..150_000_000_000).contains(&slice("99")));
+        assert_eq!(slice("100"), u64::MAX);
+        assert!(c.set("maxmemory-eviction-tenacity", "101", false).is_err());
+        assert_eq!(Config::default().eviction_slice_ns(), 500_000);
+    }
+
+    #[test]
     fn set_get_and_errors() {
         let c = Config::default();
         c.set("maxmemory", "64mb", false).unwrap();

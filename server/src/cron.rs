@@ -52,21 +52,28 @@ pub fn run(server: &Server) {
 }
 
 /// Waits for the next round, evicting meanwhile while memory is over
-/// `maxmemory`. A command that adds nothing evicts for a millisecond at most
-/// (`Room::Moment`), so a limit lowered under a full keyspace, or memory that
-/// grew while a write was refused, would otherwise stay over until writes came;
-/// Redis likewise goes on evicting from a timer once a command's eviction ran
-/// out of time. Nothing waits here but this thread: commands evict beside it.
+/// `maxmemory`. A command that adds nothing evicts for a moment only
+/// (`Room::Moment`, `maxmemory-eviction-tenacity`'s time), so a limit lowered
+/// inside a transaction, or memory that grew while writes were refused, would
+/// otherwise stay over until writes came; Redis likewise goes on evicting from
+/// a timer once a command's eviction ran out of time. Nothing waits here but
+/// this thread: commands evict beside it. Memory that goes over during the
+/// wait is seen at the next round.
 fn rest(server: &Server, until: Instant) {
-    while server.over_maxmemory() && Instant::now() < until {
-        match server.evict(Room::Background) {
-            Evicted::Under | Evicted::Stuck => break,
-            // Memory is coming back from the lazy-free thread, which a slice of
+    while !server.shutdown.is_cancelled() && server.over_maxmemory() {
+        let Some(left) = until.checked_duration_since(Instant::now()) else {
+            return;
+        };
+        match server.evict(Room::Background(left.as_nanos() as u64)) {
+            (Evicted::Under | Evicted::Stuck, _) => break,
+            // Memory is coming back from the lazy-free thread, which a bounded
             // eviction does not wait for: this one does, a little.
-            Evicted::Paused if crate::offload::pending_frees() > 0 => {
+            (Evicted::Paused, _) if crate::offload::pending_frees() > 0 => {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            Evicted::Paused => {}
+            // Nothing found to evict in its time: tried again next round.
+            (Evicted::Paused, 0) => break,
+            (Evicted::Paused, _) => {}
         }
     }
     if let Some(left) = until.checked_duration_since(Instant::now()) {

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
+use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Stamp;
@@ -62,16 +63,18 @@ pub struct Server {
 pub enum Room {
     /// It may add this many bytes: evict until they fit, or refuse it with OOM.
     For(usize),
-    /// It adds nothing: evict one key, then more for at most
-    /// `maxmemory-eviction-tenacity`'s time (`Config::eviction_slice_ns`, 500
-    /// µs by default), as Redis bounds each command's eviction, and go on. The
+    /// It adds nothing: evict for at most `maxmemory-eviction-tenacity`'s time
+    /// (`Config::eviction_slice_ns`, 500 µs by default; the clock is looked at
+    /// every [`EVICT_BETWEEN_CLOCKS`] keys), as Redis bounds each command's
+    /// eviction, and go on. The
     /// background loop evicts the rest (`crate::cron`). Before, every command, a
     /// PING among them, evicted until under: a PING waited 2.4 s while CONFIG
     /// SET maxmemory evicted 1M keys, evicting beside it.
     Moment,
-    /// The background loop's eviction between commands: a [`Room::Moment`],
+    /// The background loop's eviction between commands: a [`Room::Moment`]
+    /// that also ends within this many nanoseconds (the loop's next round),
     /// counted apart.
-    Background,
+    Background(u64),
     /// Evict until under, refusing nothing: CONFIG SET maxmemory, which asked,
     /// and a command that refuses by itself if memory stays over (a script's
     /// first write, a lease granted on a miss), which must not be refused for
@@ -98,35 +101,39 @@ pub enum Evicted {
 #[derive(Default)]
 pub struct OverLimit {
     /// The counter's ticks when memory was last found over after evicting; 0
-    /// while under.
+    /// while under. Kept apart so that a command under the limit looks at it
+    /// without the lock.
     since: AtomicU64,
-    /// Nanoseconds of the ended spells over the limit.
-    total_ns: AtomicU64,
+    /// Nanoseconds of the ended spells over the limit; changes of `since` are
+    /// made under it too.
+    total_ns: Mutex<u64>,
 }
 
 impl OverLimit {
     fn begin(&self) {
         if self.since.load(Relaxed) == 0 {
-            let _ = self
-                .since
-                .compare_exchange(0, Stamp::now().ticks().max(1), Relaxed, Relaxed);
+            let _total = self.total_ns.lock();
+            if self.since.load(Relaxed) == 0 {
+                self.since.store(Stamp::now().ticks().max(1), Relaxed);
+            }
         }
     }
 
     /// One relaxed load on every command while under.
     fn end(&self) {
         if self.since.load(Relaxed) != 0 {
+            let mut total = self.total_ns.lock();
             let since = self.since.swap(0, Relaxed);
             if since != 0 {
-                let spell = Stamp::from_ticks(since).elapsed_ns();
-                self.total_ns.fetch_add(spell, Relaxed);
+                *total += Stamp::from_ticks(since).elapsed_ns();
             }
         }
     }
 
     /// CONFIG RESETSTAT: a spell going on counts from now.
     pub fn reset(&self) {
-        self.total_ns.store(0, Relaxed);
+        let mut total = self.total_ns.lock();
+        *total = 0;
         if self.since.load(Relaxed) != 0 {
             self.since.store(Stamp::now().ticks().max(1), Relaxed);
         }
@@ -135,16 +142,20 @@ impl OverLimit {
     /// How long the spell going on now has lasted (0 if under), and the
     /// spells' total including it, in milliseconds.
     pub fn millis(&self) -> (u64, u64) {
+        let total = self.total_ns.lock();
         let since = self.since.load(Relaxed);
         let now = if since == 0 {
             0
         } else {
             Stamp::from_ticks(since).elapsed_ns()
         };
-        let total = self.total_ns.load(Relaxed) + now;
-        (now / 1_000_000, total / 1_000_000)
+        (now / 1_000_000, (*total + now) / 1_000_000)
     }
 }
+
+/// How many keys a bounded eviction takes between looks at the time, as
+/// Redis's: `maxmemory-eviction-tenacity 0` evicts this many a command.
+const EVICT_BETWEEN_CLOCKS: u32 = 16;
 
 impl Server {
     pub fn new(config: Config, local_addr: SocketAddr, shutdown: CancellationToken) -> Server {
@@ -210,54 +221,65 @@ impl Server {
     /// Makes room under `maxmemory` as `room` asks, evicting by the configured
     /// policy. Called before the command takes any lock. `Err(Oom)` when memory
     /// stays over the limit for a command that would add data; commands that
-    /// only read or delete always proceed.
-    pub fn make_room(&self, room: Room) -> Result<(), CmdError> {
-        match (self.evict(room), room) {
+    /// only read or delete always proceed, told where memory was left.
+    pub fn make_room(&self, room: Room) -> Result<Evicted, CmdError> {
+        match (self.evict(room).0, room) {
             (Evicted::Paused | Evicted::Stuck, Room::For(_)) => Err(CmdError::Oom),
-            _ => Ok(()),
+            (ended, _) => Ok(ended),
         }
     }
 
-    /// Evicts by the configured policy as `room` asks, and says where that left
-    /// memory. Used before commands ([`Server::make_room`]) and, for memory left
-    /// over the limit with no command coming, by the background loop.
-    pub fn evict(&self, room: Room) -> Evicted {
+    /// Evicts by the configured policy as `room` asks: where that left memory,
+    /// and how many keys it took. Used before commands ([`Server::make_room`])
+    /// and, for memory left over the limit with no command coming, by the
+    /// background loop.
+    pub fn evict(&self, room: Room) -> (Evicted, u64) {
         let max = self.config.maxmemory.load(Relaxed) as usize;
         let incoming = match room {
             Room::For(bytes) => bytes,
-            Room::Moment | Room::Background | Room::All => 0,
+            Room::Moment | Room::Background(_) | Room::All => 0,
         };
         let fits = || self.data_memory() + incoming <= max;
         if max == 0 || fits() {
             self.over_limit.end();
-            return Evicted::Under;
+            return (Evicted::Under, 0);
         }
         let policy = self.config.policy();
         let samples = self.config.maxmemory_samples.load(Relaxed) as usize;
         // What is still being freed (a FLUSHALL ASYNC's keyspace, UNLINKed or
         // expired values, before or during the eviction) is waited for, off the
         // worker, before another key goes or the write is refused with OOM: the
-        // keys written since are not evicted for memory that is coming back
-        // (Redis's eviction also waits for its lazy-free jobs).
+        // keys written since are not evicted for memory that is coming back.
+        // (Redis evicts on and waits for its lazy frees only once it has nothing
+        // left to evict.) A bounded eviction waits for nothing: it stops.
         // A limit lowered under a full keyspace evicts a million keys in one
         // call (CONFIG SET maxmemory held its loop's other clients for 3.3 s):
         // past a millisecond, the loop goes on without this client.
         let mut aside = crate::offload::StepAside::start();
-        let (started, slice) = (Stamp::now(), self.config.eviction_slice_ns());
-        let bounded = matches!(room, Room::Moment | Room::Background);
-        let mut first = true;
+        let slice = match room {
+            Room::Moment => Some(self.config.eviction_slice_ns()),
+            Room::Background(within) => Some(self.config.eviction_slice_ns().min(within)),
+            Room::For(_) | Room::All => None,
+        };
+        let started = Stamp::now();
+        let mut tries = 0u32;
         let over = || {
-            // One key at least, so that even a slice of 0 makes progress.
-            if bounded && !std::mem::take(&mut first) && started.elapsed_ns() >= slice {
-                return false;
+            if let Some(slice) = slice {
+                // After every EVICT_BETWEEN_CLOCKS keys (or rounds that found none).
+                tries += 1;
+                if tries > EVICT_BETWEEN_CLOCKS
+                    && tries % EVICT_BETWEEN_CLOCKS == 1
+                    && started.elapsed_ns() >= slice
+                {
+                    return false;
+                }
             }
             aside.check();
             if fits() {
                 return false;
             }
             if crate::offload::pending_frees() > 0 {
-                // A command that adds nothing does not wait for it either.
-                if bounded {
+                if slice.is_some() {
                     return false;
                 }
                 crate::offload::offload(crate::offload::wait_freed);
@@ -270,14 +292,16 @@ impl Server {
         if evicted > 0 {
             // The part first, so that INFO never shows more evicted by
             // commands than were.
-            if room == Room::Background {
+            if matches!(room, Room::Background(_)) {
                 self.stats.evicted_keys_background.add(evicted);
             }
             self.stats.evicted_keys.add(evicted);
         }
+        // An unbounded eviction ends only under the limit or stuck: what other
+        // threads allocate after it does not turn its success into a refusal.
         let ended = if stuck {
             Evicted::Stuck
-        } else if fits() {
+        } else if slice.is_none() || fits() {
             Evicted::Under
         } else {
             Evicted::Paused
@@ -286,7 +310,7 @@ impl Server {
             Evicted::Under => self.over_limit.end(),
             _ => self.over_limit.begin(),
         }
-        ended
+        (ended, evicted)
     }
 
     /// Whether data memory is over `maxmemory` now (never without a limit).

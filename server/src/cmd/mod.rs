@@ -53,7 +53,7 @@ use crate::blocking::Wait;
 use crate::db::{LockMode, View};
 use crate::error::CmdError;
 use crate::output::Output;
-use crate::server::{Room, Server};
+use crate::server::{Evicted, Room, Server};
 use crate::session::Session;
 pub use argv::{with_owned, Argv};
 pub use spec::{CommandSpec, Keys};
@@ -180,8 +180,7 @@ pub struct Ctx<'a, 'v> {
     /// keys it reads (client-side caching): under the shards' locks, so no write
     /// can come between the read and the registration.
     track_reads: bool,
-    /// The deadline of a parked command that runs again.
-    resumed: Option<Instant>,
+    start: Start,
     then: Then,
     /// Replies that go out before the handler's own (one per channel a
     /// SUBSCRIBE names).
@@ -304,7 +303,16 @@ impl<'a, 'v> Ctx<'a, 'v> {
     /// For a parked command that runs again: the deadline it was first parked with,
     /// so that waking up never extends its wait.
     pub fn resumed(&self) -> Option<Instant> {
-        self.resumed
+        self.start.resumed
+    }
+
+    /// Whether memory stayed over `maxmemory` after the eviction before the
+    /// command, with no key left to evict (Redis's `pre_command_oom_state`):
+    /// inside EXEC, the transaction's. A script then refuses its first write
+    /// that may add data, deciding once rather than at each write, where its
+    /// own compilation and Lua stack could tip memory over.
+    pub fn oom_at_start(&self) -> bool {
+        self.start.oom
     }
 
     /// Asks to answer nothing yet and wait ([`crate::blocking`]): the command runs
@@ -722,12 +730,16 @@ fn execute(
         None if decides_itself => Room::All,
         None => Room::Moment,
     };
-    if let Err(e) = server.make_room(room) {
+    let start = match server.make_room(room) {
+        Ok(ended) => Start {
+            resumed,
+            oom: ended == Evicted::Stuck,
+        },
         // An EXEC refused here ends its transaction with EXECABORT, as Redis's.
-        return reject(server, session, id, spec, e);
-    }
+        Err(e) => return reject(server, session, id, spec, e),
+    };
     match moving {
-        Some(m) => run_moving(server, session, id, spec, args, m, resumed),
+        Some(m) => run_moving(server, session, id, spec, args, m, start),
         None => run_in(
             server,
             session,
@@ -735,7 +747,7 @@ fn execute(
             spec,
             args,
             ViewSlot::Unlocked,
-            resumed,
+            start,
             output,
         ),
     }
@@ -751,7 +763,7 @@ fn run_moving(
     spec: &'static CommandSpec,
     args: Argv<'_>,
     moving: crate::cluster::route::Moving,
-    resumed: Option<Instant>,
+    start: Start,
 ) -> Outcome {
     let keys = command_keys(spec, &args).unwrap_or_default();
     let mode = if spec.has(spec::WRITE) || spec.has(spec::LOCK_WRITE) {
@@ -773,7 +785,7 @@ fn run_moving(
         spec,
         args,
         ViewSlot::Own(view),
-        resumed,
+        start,
         None,
     )
 }
@@ -1103,6 +1115,15 @@ pub(crate) fn command_keys<'x>(
     }
 }
 
+/// What a command starts with besides its arguments and locks.
+#[derive(Clone, Copy, Default, Debug)]
+pub(crate) struct Start {
+    /// The deadline of a parked command that runs again.
+    pub resumed: Option<Instant>,
+    /// Memory stayed over after the eviction before it ([`Ctx::oom_at_start`]).
+    pub oom: bool,
+}
+
 /// Runs a resolved command; `exec_view` is the transaction's view inside EXEC.
 pub(crate) fn run<'a, 'v>(
     server: &'a Server,
@@ -1111,13 +1132,13 @@ pub(crate) fn run<'a, 'v>(
     spec: &'static CommandSpec,
     args: Argv<'v>,
     exec_view: Option<&'v mut View<'a>>,
-    resumed: Option<Instant>,
+    start: Start,
 ) -> Outcome {
     let view = match exec_view {
         Some(v) => ViewSlot::Exec(v),
         None => ViewSlot::Unlocked,
     };
-    run_in(server, session, id, spec, args, view, resumed, None)
+    run_in(server, session, id, spec, args, view, start, None)
 }
 
 /// [`run`] with the view the command starts with: the transaction's, its own
@@ -1131,10 +1152,10 @@ fn run_in<'a, 'v>(
     spec: &'static CommandSpec,
     args: Argv<'v>,
     view: ViewSlot<'a, 'v>,
-    resumed: Option<Instant>,
+    start: Start,
     output: Option<&'v mut BytesMut>,
 ) -> Outcome {
-    let start = crate::clock::Stamp::now();
+    let began = crate::clock::Stamp::now();
     let in_exec = matches!(view, ViewSlot::Exec(_));
     // Inside EXEC or a script, CLIENT LIST goes on showing exec or eval, as Redis's.
     if !in_exec {
@@ -1155,7 +1176,7 @@ fn run_in<'a, 'v>(
         revoke_leases: spec.has(spec::WRITE),
         keeps_leases: false,
         track_reads,
-        resumed,
+        start,
         then: Then::Reply,
         earlier: Vec::new(),
         output,
@@ -1182,7 +1203,7 @@ fn run_in<'a, 'v>(
         return Outcome::Reply(CmdError::Busy.to_frame());
     }
     stats.calls.incr();
-    let nanos = start.elapsed_ns();
+    let nanos = began.elapsed_ns();
     stats.nanos.add(nanos);
     if !in_exec {
         // Inside EXEC or a script, the transaction's or script's own time

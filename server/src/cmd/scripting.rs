@@ -24,7 +24,7 @@ use bytes::Bytes;
 use relcache_protocol::resp::{Frame, Protocol};
 
 use super::spec::{self, CommandSpec, Group, Keys};
-use super::{eq_ic, parse_i64, registry, resolve, run, Argv, Ctx, Outcome, ViewSlot};
+use super::{eq_ic, parse_i64, registry, resolve, run, Argv, Ctx, Outcome, Start, ViewSlot};
 use crate::db::{LockMode, View};
 use crate::error::{CmdError, CmdResult};
 use crate::script::convert::Resp;
@@ -158,32 +158,35 @@ const SCRIPT_SUBCOMMANDS: &[CommandSpec] = &[
 ];
 
 fn eval(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
-    let over_memory = ctx.server.over_maxmemory();
-    let script = cached(ctx.server, args[1], Origin::Eval)?;
-    eval_generic(ctx, args, &script, false, over_memory)
+    let script = cached(ctx.server, args[1], Origin::Eval, ctx.oom_at_start())?;
+    eval_generic(ctx, args, &script, false)
 }
 
 fn evalsha(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
-    let over_memory = ctx.server.over_maxmemory();
     let script = by_sha(ctx.server, args[1])?;
-    eval_generic(ctx, args, &script, false, over_memory)
+    eval_generic(ctx, args, &script, false)
 }
 
 fn eval_ro(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
-    let over_memory = ctx.server.over_maxmemory();
-    let script = cached(ctx.server, args[1], Origin::Eval)?;
-    eval_generic(ctx, args, &script, true, over_memory)
+    let script = cached(ctx.server, args[1], Origin::Eval, ctx.oom_at_start())?;
+    eval_generic(ctx, args, &script, true)
 }
 
 fn evalsha_ro(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
-    let over_memory = ctx.server.over_maxmemory();
     let script = by_sha(ctx.server, args[1])?;
-    eval_generic(ctx, args, &script, true, over_memory)
+    eval_generic(ctx, args, &script, true)
 }
 
 /// The script with this body, compiled and cached (EVAL caches what it runs, as
 /// Redis does, so EVALSHA finds it afterwards; see [`Origin`] for how long).
-fn cached(server: &Server, body: &[u8], origin: Origin) -> Result<Arc<Script>, CmdError> {
+/// `oom`: memory is over with nothing left to evict, which refuses a script
+/// with flags before it is compiled ([`refused_for_memory`]).
+fn cached(
+    server: &Server,
+    body: &[u8],
+    origin: Origin,
+    oom: bool,
+) -> Result<Arc<Script>, CmdError> {
     // Cached means compiled once without error, so it compiles here too when it
     // first runs on this thread.
     if let Some(s) = crate::script::with_body_sha(body, |sha| server.scripts.get(sha)) {
@@ -195,12 +198,26 @@ fn cached(server: &Server, body: &[u8], origin: Origin) -> Result<Arc<Script>, C
     }
     // Cached for good: a copy, not a slice of the read buffer it arrived in.
     let script = Script::new(Bytes::copy_from_slice(body)).map_err(CmdError::Err)?;
+    refused_for_memory(&script, oom)?;
     runtime::compile(&server.scripts, &script).map_err(CmdError::Coded)?;
     let (script, evicted) = server.scripts.insert(Arc::new(script), origin);
     if evicted > 0 {
         server.stats.evicted_scripts.add(evicted);
     }
     Ok(script)
+}
+
+/// A script that declares flags, and neither `no-writes` nor `allow-oom`, is
+/// refused whole while memory is over with nothing left to evict, before its
+/// arguments are looked at, as Redis refuses it (such a script is a deny-oom
+/// command there); one without flags only at its first write
+/// ([`Rules::refuse_oom`]).
+fn refused_for_memory(script: &Script, oom: bool) -> Result<(), CmdError> {
+    let flags = &script.flags;
+    if oom && flags.shebang && !flags.no_writes && !flags.allow_oom {
+        return Err(CmdError::Oom);
+    }
+    Ok(())
 }
 
 fn by_sha(server: &Server, sha: &[u8]) -> Result<Arc<Script>, CmdError> {
@@ -218,33 +235,17 @@ fn by_sha(server: &Server, sha: &[u8]) -> Result<Arc<Script>, CmdError> {
 /// What a script may do, decided before it runs.
 struct Rules<'k> {
     read_only: bool,
-    /// Its writes that may add data are refused: memory was over `maxmemory`
-    /// when it started (after the eviction before it), and it did not say
-    /// `allow-oom`. Decided once, as Redis does, from memory before the
-    /// script: looked at again at each write, the script's own compilation,
-    /// Lua stack and arguments could refuse a script that started under.
+    /// Its writes that may add data are refused until it has written: memory
+    /// was over `maxmemory` with nothing left to evict when it started
+    /// ([`Ctx::oom_at_start`]), and it did not say `allow-oom`.
     refuse_oom: bool,
     /// The declared keys; `None` when any key may be touched (every shard is held).
     declared: Option<&'k [&'k [u8]]>,
 }
 
-/// `over_memory`: whether memory was over `maxmemory` when the command
-/// started, looked at before the script was compiled.
-fn eval_generic(
-    ctx: &mut Ctx<'_, '_>,
-    args: &[&[u8]],
-    script: &Script,
-    ro: bool,
-    over_memory: bool,
-) -> CmdResult {
-    // A script that declares flags, and neither `no-writes` nor `allow-oom`,
-    // is refused whole while memory is over, as Redis refuses it before it
-    // runs (such a script is a deny-oom command there); one without flags
-    // only at its first write (`Rules::refuse_oom`).
-    let flags = &script.flags;
-    if over_memory && flags.shebang && !flags.no_writes && !flags.allow_oom {
-        return Err(CmdError::Oom);
-    }
+fn eval_generic(ctx: &mut Ctx<'_, '_>, args: &[&[u8]], script: &Script, ro: bool) -> CmdResult {
+    let oom = ctx.oom_at_start();
+    refused_for_memory(script, oom)?;
     let numkeys = parse_i64(args[2])?;
     if numkeys < 0 {
         return Err(CmdError::err("Number of keys can't be negative"));
@@ -271,7 +272,7 @@ fn eval_generic(
             || server.config.lua_allow_undeclared_keys.load(Relaxed));
     let rules = Rules {
         read_only: ro || script.flags.no_writes,
-        refuse_oom: over_memory && !script.flags.allow_oom,
+        refuse_oom: oom && !script.flags.allow_oom,
         declared: (!undeclared).then_some(keys),
     };
     let mode = if rules.read_only {
@@ -432,7 +433,15 @@ fn call<'a>(
             Resp::Three => Protocol::Resp3,
         },
     );
-    let outcome = run(server, session, id, spec, args, Some(view), None);
+    let outcome = run(
+        server,
+        session,
+        id,
+        spec,
+        args,
+        Some(view),
+        Start::default(),
+    );
     session.proto = proto;
     match outcome {
         Outcome::Reply(frame) => frame,
@@ -448,7 +457,7 @@ fn call<'a>(
 }
 
 fn script_load(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
-    let script = cached(ctx.server, args[2], Origin::Load)?;
+    let script = cached(ctx.server, args[2], Origin::Load, false)?;
     Ok(Frame::Bulk(Bytes::from(script.sha.clone())))
 }
 

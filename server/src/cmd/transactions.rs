@@ -206,6 +206,11 @@ fn exec(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     let Some(multi) = ctx.session.multi.take() else {
         return Err(CmdError::err("EXEC without MULTI"));
     };
+    // Its commands start with the transaction's memory state, as Redis's do.
+    let start = super::Start {
+        resumed: None,
+        oom: ctx.oom_at_start(),
+    };
     let (server, session) = (ctx.server, &mut *ctx.session);
     session.info.multi.store(u64::MAX, Relaxed);
     if multi.failed {
@@ -266,7 +271,7 @@ fn exec(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     for ((id, spec), args) in resolved.into_iter().zip(&multi.queued) {
         aside.check();
         let outcome = super::with_owned(args, |args| {
-            run(server, session, id, spec, args, Some(&mut view), None)
+            run(server, session, id, spec, args, Some(&mut view), start)
         });
         let reply = match outcome {
             Outcome::Reply(reply) => reply,
