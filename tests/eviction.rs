@@ -424,6 +424,41 @@ fn a_command_that_adds_nothing_evicts_for_a_moment_only() {
     );
 }
 
+/// A transaction that queued a script evicts until under before it runs, as
+/// the script would alone: the script's writes are not refused for memory a
+/// longer eviction would have made, nor made while memory stays over.
+#[test]
+fn a_transaction_that_queued_a_script_evicts_until_under() {
+    let s = TestServer::start();
+    let mut con = s.conn();
+    config_set(&mut con, "maxmemory-eviction-tenacity", "0");
+    let limit = fill_and_lower_the_limit(&mut con, 200_000);
+    let (before, _) = evicted_by_commands(&mut con);
+    let (set,): (String,) = redis::pipe()
+        .atomic()
+        .cmd("EVAL")
+        .arg("return redis.call('set', KEYS[1], 'v')")
+        .arg(1)
+        .arg("scripted")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(set, "OK");
+    let v = stats(
+        &mut con,
+        &[
+            "used_memory",
+            "mem_not_counted_for_evict",
+            "evicted_keys",
+            "evicted_keys_background",
+        ],
+    );
+    // What the script compiled and cached came after the eviction.
+    let data = v[0] - v[1];
+    assert!(data <= limit + SLACK, "{data} bytes of data, limit {limit}");
+    let by_exec = (v[2] - v[3]) - before;
+    assert!(by_exec > 1_000, "{by_exec} keys evicted by EXEC");
+}
+
 #[test]
 fn memory_left_over_the_limit_comes_back_with_no_command() {
     let s = TestServer::start();
@@ -602,8 +637,9 @@ fn cpu_ticks(pid: u32) -> u64 {
 }
 
 /// Memory over a limit that no eviction can meet (a volatile policy, no key
-/// with a TTL) is given up on until the next background round, not evicted
-/// for in a loop that finds nothing: the server stays idle.
+/// with a TTL) is given up on until the next background round (the eviction
+/// ends stuck), not evicted for in a loop that finds nothing: the server stays
+/// idle.
 #[test]
 fn a_limit_nothing_can_meet_costs_no_cpu_while_idle() {
     let s = TestServer::start_with(&["--hz", "100"]);

@@ -299,6 +299,9 @@ impl Server {
         }
         // An unbounded eviction ends only under the limit or stuck: what other
         // threads allocate after it does not turn its success into a refusal.
+        // Under `noeviction` memory over is stuck whatever is being freed, as
+        // Redis's eviction fails there.
+        let stuck = stuck || (policy == crate::config::EvictionPolicy::NoEviction && !fits());
         let ended = if stuck {
             Evicted::Stuck
         } else if slice.is_none() || fits() {

@@ -723,8 +723,16 @@ fn execute(
         None
     };
     // A command that may grant a lease or run a script's writes refuses them
-    // itself while memory is over: it evicts until under first, as all did.
-    let decides_itself = spec.has(spec::RUNS_SCRIPT | spec::LOCK_WRITE | spec::BLOCKING);
+    // itself while memory is over: it evicts until under first, as all did;
+    // so does a transaction that queued one.
+    let decides_itself = if spec.has(spec::RUNS_QUEUED) {
+        session
+            .multi
+            .as_ref()
+            .is_some_and(transactions::decides_itself)
+    } else {
+        spec.has(transactions::DECIDES_ITSELF)
+    };
     let room = match incoming {
         Some(bytes) => Room::For(bytes),
         None if decides_itself => Room::All,

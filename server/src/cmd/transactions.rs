@@ -121,6 +121,21 @@ pub(super) fn incoming(multi: &Multi) -> Option<usize> {
     Some(adding.flat_map(|a| a.iter()).map(|a| a.len()).sum())
 }
 
+/// Commands that refuse writes or leases by themselves while memory is over
+/// (a script's first write, a lease on a miss), and so evict until under
+/// before they run.
+pub(super) const DECIDES_ITSELF: u32 = spec::RUNS_SCRIPT | spec::LOCK_WRITE | spec::BLOCKING;
+
+/// Whether a queued command is one of [`DECIDES_ITSELF`]: EXEC then evicts as
+/// it would.
+pub(super) fn decides_itself(multi: &Multi) -> bool {
+    let reg = registry();
+    multi.queued.iter().any(|a| {
+        reg.command(&a[0])
+            .is_some_and(|(_, s)| s.has(DECIDES_ITSELF))
+    })
+}
+
 fn multi(ctx: &mut Ctx<'_, '_>, _: &[&[u8]]) -> CmdResult {
     if ctx.session.multi.is_some() {
         return Err(CmdError::err("MULTI calls can not be nested"));

@@ -144,7 +144,10 @@ impl Evictor {
                 continue;
             };
             let now = super::now_ms();
-            let Some(entry) = map.get(&c.key, now) else {
+            // Expired but not yet swept is evicted like any other key, as
+            // Redis's pool does: a keyspace of such keys is not "nothing to
+            // evict".
+            let Some(entry) = map.get(&c.key, 0) else {
                 continue;
             };
             if policy.volatile_only() && entry.expire_at().is_none() {
@@ -270,6 +273,29 @@ mod tests {
         // With a pool, nearly every victim comes from the idle half.
         assert!(recent_kept >= 990, "recent kept {recent_kept}");
         assert!(old_kept <= 510, "old kept {old_kept}");
+    }
+
+    #[test]
+    fn keys_expired_but_not_swept_are_evicted_not_a_reason_to_stop() {
+        let db = Db::new();
+        let keys: Vec<Vec<u8>> = (0..200).map(|i| format!("k{i}").into_bytes()).collect();
+        {
+            let mut v = db.view(&keys, false, LockMode::Write);
+            for k in &keys {
+                v.insert(k, Value::Str(Bytes::from_static(b"v")), 1);
+            }
+        }
+        for policy in [Policy::AllKeysLru, Policy::VolatileTtl] {
+            let ev = Evictor::default();
+            let (n, stuck) = ev.evict(&db, policy, 5, || db.len() > 100, |_| {});
+            assert_eq!((n, stuck), (100, false), "{policy:?}");
+            let (n, stuck) = ev.evict(&db, policy, 5, || db.len() > 0, |_| {});
+            assert_eq!((n, stuck), (100, false), "{policy:?}");
+            let mut v = db.view(&keys, false, LockMode::Write);
+            for k in &keys {
+                v.insert(k, Value::Str(Bytes::from_static(b"v")), 1);
+            }
+        }
     }
 
     #[test]
