@@ -289,7 +289,7 @@ mod tests {
             let ev = Evictor::default();
             let (n, stuck) = ev.evict(&db, policy, 5, || db.len() > 100, |_| {});
             assert_eq!((n, stuck), (100, false), "{policy:?}");
-            let (n, stuck) = ev.evict(&db, policy, 5, || db.len() > 0, |_| {});
+            let (n, stuck) = ev.evict(&db, policy, 5, || !db.is_empty(), |_| {});
             assert_eq!((n, stuck), (100, false), "{policy:?}");
             let mut v = db.view(&keys, false, LockMode::Write);
             for k in &keys {
