@@ -66,10 +66,10 @@ pub enum Room {
     /// It adds nothing: evict for at most `maxmemory-eviction-tenacity`'s time
     /// (`Config::eviction_slice_ns`, 500 µs by default; the clock is looked at
     /// every [`EVICT_BETWEEN_CLOCKS`] keys), as Redis bounds each command's
-    /// eviction, and go on. The
-    /// background loop evicts the rest (`crate::cron`). Before, every command, a
-    /// PING among them, evicted until under: a PING waited 2.4 s while CONFIG
-    /// SET maxmemory evicted 1M keys, evicting beside it.
+    /// eviction, and go on; the background loop evicts the rest
+    /// (`crate::cron`). Before, every command, a PING among them, evicted until
+    /// under: a PING waited 2.4 s while CONFIG SET maxmemory evicted 1M keys,
+    /// evicting beside it.
     Moment,
     /// The background loop's eviction between commands: a [`Room::Moment`]
     /// that also ends within this many nanoseconds (the loop's next round),

@@ -308,9 +308,9 @@ impl<'a, 'v> Ctx<'a, 'v> {
 
     /// Whether memory stayed over `maxmemory` after the eviction before the
     /// command, with no key left to evict (Redis's `pre_command_oom_state`):
-    /// inside EXEC, the transaction's. A script then refuses its first write
-    /// that may add data, deciding once rather than at each write, where its
-    /// own compilation and Lua stack could tip memory over.
+    /// inside EXEC, the transaction's. A script then refuses its writes that
+    /// may add data until it has written, deciding once rather than at each
+    /// write, where its own compilation and Lua stack could tip memory over.
     pub fn oom_at_start(&self) -> bool {
         self.start.oom
     }

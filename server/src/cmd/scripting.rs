@@ -401,8 +401,8 @@ fn call<'a>(
         if rules.read_only {
             return Frame::error("ERR Write commands are not allowed from read-only scripts.");
         }
-        // Only its first write: once it has written, stopping it half-way
-        // would do more harm than the memory.
+        // Only until it has written: stopping it half-way would do more harm
+        // than the memory.
         if spec.has(spec::DENYOOM) && rules.refuse_oom && !running.wrote.load(Relaxed) {
             return CmdError::Oom.to_frame();
         }
