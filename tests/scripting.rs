@@ -936,14 +936,7 @@ fn a_script_s_big_steps_hold_up_no_other_client() {
 
 /// The connections on each loop, from `INFO loops`.
 fn loop_connections(c: &mut Conn) -> Vec<u64> {
-    let info = c.reply(&["INFO", "loops"]);
-    let loops: usize = harness::info_value(&info, "loops");
-    (0..loops)
-        .map(|i| {
-            let line: String = harness::info_value(&info, &format!("loop{i}"));
-            line.strip_prefix("connections=").unwrap().parse().unwrap()
-        })
-        .collect()
+    harness::loop_connections(&c.reply(&["INFO", "loops"]))
 }
 
 /// Pipelines batches of 16 EVALs of `body` over `key` on `c` until `stop`
@@ -1039,7 +1032,15 @@ fn join_workers(workers: Vec<std::thread::JoinHandle<(Conn, u64)>>) -> (Vec<Conn
 /// a subscription made before a move is served after it.
 #[test]
 fn script_connections_move_to_their_key_s_loop_and_lose_nothing() {
-    let s = TestServer::start_with(&["--threads", "2", "--script-loop-affinity", "no"]);
+    // Spread, as under a load that fills one loop (`gather`).
+    let s = TestServer::start_with(&[
+        "--threads",
+        "2",
+        "--script-loop-affinity",
+        "no",
+        "--loop-gather-below",
+        "0",
+    ]);
     let port = s.port;
     let mut ctl = Conn::new(port);
     only_connection_s_loop(&mut ctl);

@@ -228,6 +228,10 @@ pub struct Config {
     /// A connection whose scripts keep waiting for other loops' scripts over the
     /// same keys moves to the loop those keys call home (`script-loop-affinity`).
     pub script_loop_affinity: AtomicBool,
+    /// Percent of one loop's time: spread loops busy together less gather their
+    /// connections on one; 0: never gather (`loop-gather-below`, see
+    /// [`crate::gather`]).
+    pub loop_gather_below: AtomicU64,
     /// Keep what clients send out of the log (Redis 7.4's
     /// `hide-user-data-from-log`).
     pub hide_user_data_from_log: AtomicBool,
@@ -309,6 +313,7 @@ impl Default for Config {
             tracking_table_max_keys: AtomicU64::new(1_000_000),
             lua_allow_undeclared_keys: AtomicBool::new(false),
             script_loop_affinity: AtomicBool::new(true),
+            loop_gather_below: AtomicU64::new(crate::gather::DEFAULT_BELOW),
             hide_user_data_from_log: AtomicBool::new(false),
             lazyfree_lazy_user_del: AtomicBool::new(false),
             observe_gate: crate::observe::Gate::default(),
@@ -963,6 +968,14 @@ pub static PARAMS: &[Param] = &[
         help: "Move a connection whose scripts keep waiting for other loops' scripts on the same keys to the loop those keys call home (yes/no)",
         get: |c| get_yes_no(&c.script_loop_affinity),
         set: |c, v| set_yes_no(&c.script_loop_affinity, v),
+    },
+    Param {
+        name: "loop-gather-below",
+        mutable: true,
+        protected: false,
+        help: "Percent of one loop's time: loops busy together less gather their connections on one, which spread again once it is full (0: always spread)",
+        get: |c| get_u(&c.loop_gather_below),
+        set: |c, v| set_u(&c.loop_gather_below, v, 0, crate::gather::MAX_BELOW),
     },
     Param {
         name: "hide-user-data-from-log",

@@ -18,11 +18,13 @@
 //! UNBLOCK): each is a future polled with a waker that queues the connection's
 //! slot in the loop's inbox and wakes it through [`mio::Waker`] ([`Signal`]).
 //! The idle timeout, the soft output limit and a parked command's recheck are
-//! a timer heap. A connection lives on its loop until it closes, unless its
-//! scripts keep waiting for another loop's over one key: then it moves,
-//! between two passes, to the loop that key's shard calls home
-//! ([`crate::script::affinity`]). One that broke the protocol goes to a task of
-//! its core's tokio runtime, for its lingering close ([`crate::conn::task`]).
+//! a timer heap. A connection lives on its loop until it closes, unless the
+//! server's connections gather on one loop or spread again ([`crate::gather`]),
+//! or its scripts keep waiting for another loop's over one key: then it moves,
+//! between two passes, to the loop it is sent to, or the one that key's shard
+//! calls home ([`crate::script::affinity`]). One that broke the protocol goes
+//! to a task of its core's tokio runtime, for its lingering close
+//! ([`crate::conn::task`]).
 //!
 //! Long work ([`crate::offload`]) does what tokio's `block_in_place` does for a
 //! runtime worker: the thread running it gives the loop to a spare thread, which
@@ -39,7 +41,7 @@ use std::future::Future;
 use std::io;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
 use std::task::{Context, Wake, Waker};
 use std::time::Duration;
@@ -96,6 +98,15 @@ struct Shared {
     /// Every loop of the server, this one among them, by index: where a
     /// connection moves to ([`Poller::move_home`]).
     peers: OnceLock<Box<[Weak<Shared>]>>,
+    /// How many loops, from the first, take connections now: one while the
+    /// server's connections are gathered ([`crate::gather`]), else all.
+    active: Arc<AtomicUsize>,
+    /// Nanoseconds the loop has slept in epoll waiting for work: what it had to
+    /// spare ([`crate::gather`]).
+    idle_ns: AtomicU64,
+    /// When the sleep it is in began (a [`Stamp`]'s ticks), 0 while awake: a
+    /// loop asleep for seconds has been idle all along, not only once it wakes.
+    asleep_since: AtomicU64,
     /// Most threads the loop has at once (`loop-max-threads`). Each long command
     /// running makes one more when none is spare; past this many, the next runs
     /// on the thread that polls, and the loop's other clients wait for it as
@@ -139,7 +150,22 @@ struct Inbox {
     /// boxed as in the slab, so a move copies a pointer, not the connection.
     #[allow(clippy::vec_box)]
     moving: Vec<Box<Client>>,
+    /// Connections to send to other loops ([`crate::gather`]).
+    sending: Vec<Sending>,
     stop: bool,
+}
+
+/// A loop told to send some of its connections to another
+/// ([`EvLoop::send_away`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Sending {
+    /// The loop they go to, by index.
+    pub to: usize,
+    /// At most this many.
+    pub count: usize,
+    /// Those that moved to the loop their scripts call home go too: they are
+    /// all going to one loop, where no script waits for another loop's.
+    pub homed_too: bool,
 }
 
 /// A connection on its way to a loop.
@@ -182,6 +208,8 @@ struct Client {
     due: bool,
     /// Its kill token fired (a flag, not the token: reading that takes a lock).
     killed: bool,
+    /// It moved to the loop its scripts call home: spreading leaves it there.
+    homed: bool,
 }
 
 /// A parked command's wake-up and CLIENT UNBLOCK's, polled with the client's
@@ -319,6 +347,7 @@ impl EvLoop {
         rt: tokio::runtime::Handle,
         max_threads: usize,
         conns: Arc<AtomicUsize>,
+        active: Arc<AtomicUsize>,
     ) -> io::Result<EvLoop> {
         let poll = Poll::new()?;
         let waker = mio::Waker::new(poll.registry(), WAKE)?;
@@ -333,6 +362,9 @@ impl EvLoop {
             spares_cv: Condvar::new(),
             conns,
             peers: OnceLock::new(),
+            active,
+            idle_ns: AtomicU64::new(0),
+            asleep_since: AtomicU64::new(0),
             max_threads: max_threads.max(2),
         });
         let poller = Box::new(Poller {
@@ -364,6 +396,26 @@ impl EvLoop {
     /// Hands connections to the loop, waking it once.
     pub(crate) fn arrive(&self, conns: impl IntoIterator<Item = Arriving>) {
         self.shared.arrive(conns);
+    }
+
+    /// Nanoseconds the loop has slept waiting for work since it started, the
+    /// sleep it is in counted.
+    pub(crate) fn idle_ns(&self) -> u64 {
+        let since = self.shared.asleep_since.load(Relaxed);
+        let asleep = if since == 0 {
+            0
+        } else {
+            Stamp::from_ticks(since).elapsed_ns()
+        };
+        self.shared.idle_ns.load(Relaxed) + asleep
+    }
+
+    /// Tells the loop to send connections to other loops, waking it once. It
+    /// sends those that wait between two passes, with nothing parked; the
+    /// others stay (the next round of [`crate::gather`] asks again).
+    pub(crate) fn send_away(&self, sending: impl IntoIterator<Item = Sending>) {
+        self.shared.inbox.lock().sending.extend(sending);
+        let _ = self.shared.waker.wake();
     }
 
     /// Stops the loop and waits for it. Its connections must have ended.
@@ -594,7 +646,18 @@ fn run(shared: &Shared, mut p: Box<Poller>) -> Ran {
             ready,
             ..
         } = &mut *p;
-        if let Err(e) = poll.poll(events, timeout) {
+        // Only a poll that may sleep is timed: a loop with work waiting polls
+        // without, once a round.
+        let sleeps = (timeout != Some(Duration::ZERO)).then(Stamp::now);
+        if let Some(since) = sleeps {
+            shared.asleep_since.store(since.ticks().max(1), Relaxed);
+        }
+        let polled = poll.poll(events, timeout);
+        if let Some(slept) = sleeps {
+            shared.idle_ns.fetch_add(slept.elapsed_ns(), Relaxed);
+            shared.asleep_since.store(0, Relaxed);
+        }
+        if let Err(e) = polled {
             if e.kind() != io::ErrorKind::Interrupted {
                 tracing::error!(error = %e, "event loop cannot poll");
                 std::thread::sleep(Duration::from_millis(10));
@@ -822,6 +885,9 @@ impl Poller {
         for c in inbox.moving {
             self.admit_moved(c);
         }
+        for s in inbox.sending {
+            self.send_away(s);
+        }
         for (k, id, cause) in inbox.signalled {
             self.wake_client(k, id, Some(cause));
         }
@@ -880,6 +946,7 @@ impl Poller {
             timer: None,
             due: false,
             killed,
+            homed: false,
         })));
         if killed {
             self.wake_client(k, info.id, None);
@@ -891,15 +958,9 @@ impl Poller {
 
     /// Sends the connection in slot `k`, just served, to the loop its scripts
     /// call home, if they asked to go ([`crate::script::affinity`]) and it
-    /// can: `None` once it is on its way, else the connection back.
-    ///
-    /// It goes between two passes, with nothing parked, so all that ties it to
-    /// this loop is its slot: its socket's registration, and the signals and
-    /// timer that name the slot. Those are dropped here (a signal that fires
-    /// meanwhile finds the slot empty, or another client's, and is ignored)
-    /// and made again there, as for a connection back from a hand-over: the
-    /// kill read from its token, its queue looked into, and readiness asked of
-    /// the new epoll, which reports what is ready already.
+    /// can: `None` once it is on its way, else the connection back. The home
+    /// is among the loops taking connections now: none while they are
+    /// gathered on one.
     fn move_home(&mut self, k: usize, mut c: Box<Client>) -> Option<Box<Client>> {
         let Some(shard) = c.conn.session.affinity.wants_move() else {
             return Some(c);
@@ -911,7 +972,8 @@ impl Poller {
         }
         c.conn.session.affinity.clear();
         let to = self.shared.peers.get().and_then(|peers| {
-            let home = shard % peers.len();
+            let active = self.shared.active.load(Relaxed).clamp(1, peers.len());
+            let home = shard % active;
             let go =
                 home != self.shared.index && c.server.config.script_loop_affinity.load(Relaxed);
             go.then(|| peers[home].upgrade()).flatten()
@@ -919,6 +981,64 @@ impl Poller {
         let Some(to) = to else {
             return Some(c);
         };
+        let server = c.server.clone();
+        c.homed = true;
+        let stays = self.send_to(k, c, &to);
+        if stays.is_none() {
+            server.stats.connection_moves.incr();
+        }
+        stays
+    }
+
+    /// Sends connections waiting in their slots to another loop, as `s` says.
+    fn send_away(&mut self, s: Sending) {
+        let to = self
+            .shared
+            .peers
+            .get()
+            .and_then(|peers| peers.get(s.to)?.upgrade());
+        let Some(to) = to.filter(|to| to.index != self.shared.index) else {
+            return;
+        };
+        let going: Vec<usize> = self
+            .clients
+            .iter()
+            .filter_map(|(k, c)| {
+                let c = c.as_ref()?;
+                let stays =
+                    c.killed || (c.homed && !s.homed_too) || c.conn.park_waiting().is_some();
+                (!stays).then_some(k)
+            })
+            .take(s.count)
+            .collect();
+        for k in going {
+            let Some(mut c) = self.clients[k].take() else {
+                continue;
+            };
+            let (server, homed) = (c.server.clone(), c.homed);
+            c.homed = false;
+            match self.send_to(k, c, &to) {
+                None => server.stats.balance_moves.incr(),
+                Some(mut stays) => {
+                    stays.homed = homed;
+                    self.clients[k] = Some(stays);
+                }
+            }
+        }
+    }
+
+    /// Sends the connection from slot `k` to loop `to`: `None` once it is on
+    /// its way, else the connection back, for its slot.
+    ///
+    /// It goes between two passes, with nothing parked, so all that ties it to
+    /// this loop is its slot: its socket's registration, and the signals and
+    /// timer that name the slot. Those are dropped here (a signal that fires
+    /// meanwhile finds the slot empty, or another client's, and is ignored;
+    /// so is the slot's place in the ready queue) and made again there, as
+    /// for a connection back from a hand-over: the kill read from its token,
+    /// its queue looked into, and readiness asked of the new epoll, which
+    /// reports what is ready already.
+    fn send_to(&mut self, k: usize, mut c: Box<Client>, to: &Shared) -> Option<Box<Client>> {
         if self.poll.registry().deregister(&mut c.sock.stream).is_err() {
             return Some(c);
         }
@@ -931,7 +1051,6 @@ impl Poller {
         c.due = false;
         c.queued = false;
         c.tenancy.move_to(&to.conns);
-        c.server.stats.connection_moves.incr();
         let first = {
             let mut inbox = to.inbox.lock();
             inbox.moving.push(c);

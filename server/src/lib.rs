@@ -22,6 +22,7 @@ mod evloop;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod gather;
 mod glob;
 mod listen;
 mod longdouble;

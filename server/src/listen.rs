@@ -55,8 +55,10 @@ pub async fn run(
 
     let tracker = TaskTracker::new();
     let max_threads = server.config.loop_max_threads.load(Relaxed) as usize;
-    let loops = Arc::new(Loops::start(loops, max_threads)?);
-    let _ = server.loop_connections.set(loops.connections());
+    let gathered = crate::gather::starts_gathered(&server, loops);
+    let loops = Arc::new(Loops::start(loops, max_threads, gathered)?);
+    let _ = server.loops.set(loops.view());
+    let gathering = tokio::spawn(crate::gather::run(server.clone(), loops.clone()));
     let accepting: Vec<_> = listeners
         .into_iter()
         .map(|l| {
@@ -67,6 +69,9 @@ pub async fn run(
     for a in accepting {
         let _ = a.await;
     }
+    // It holds the loops, which are let go of below.
+    gathering.abort();
+    let _ = gathering.await;
     tracing::info!("shutting down: closing connections");
     tracker.close();
     // A script that never ends would hold its connection, and so the exit, forever.

@@ -6,8 +6,8 @@
 //! background loop ([`crate::cron`]) are built on it, not in it.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -52,9 +52,9 @@ pub struct Server {
     pub persist: crate::persist::State,
     /// Cluster mode: this node's view of the cluster (inert when disabled).
     pub cluster: crate::cluster::Cluster,
-    /// The connections living on each client loop now, by loop (INFO loops);
-    /// set once the loops start.
-    pub loop_connections: OnceLock<Box<[Arc<AtomicUsize>]>>,
+    /// The client loops as INFO loops shows them: the connections on each and
+    /// how many take connections now; set once the loops start.
+    pub loops: OnceLock<crate::loops::View>,
 }
 
 /// How far a command goes to bring memory back under `maxmemory`
@@ -199,7 +199,7 @@ impl Server {
             startup_memory: crate::alloc::allocated().unwrap_or(0),
             persist: crate::persist::State::default(),
             cluster: crate::cluster::Cluster::default(),
-            loop_connections: OnceLock::new(),
+            loops: OnceLock::new(),
         }
     }
 

@@ -144,6 +144,12 @@ pub struct Stats {
     /// Connections moved to the loop their scripts' keys call home (see
     /// `script::affinity`).
     pub connection_moves: Counter,
+    /// Connections moved to gather the server's connections on one loop or
+    /// to spread them again (see `gather`).
+    pub balance_moves: Counter,
+    /// Times the connections gathered on one loop, and spread again.
+    pub loop_gathers: Counter,
+    pub loop_spreads: Counter,
     /// Connections parked in a blocking command right now (a gauge).
     pub blocked_clients: Gauge,
 }
@@ -178,6 +184,9 @@ impl Stats {
             &self.lease_refusals,
             &self.idset_late_changes,
             &self.connection_moves,
+            &self.balance_moves,
+            &self.loop_gathers,
+            &self.loop_spreads,
         ] {
             c.reset();
         }

@@ -443,6 +443,17 @@ where
         .unwrap_or_else(|e| panic!("INFO {name}:{raw}: {e:?}"))
 }
 
+/// The connections on each client loop, by loop, from an `INFO loops` text.
+pub fn loop_connections(info: &str) -> Vec<u64> {
+    let loops: usize = info_value(info, "loops");
+    (0..loops)
+        .map(|i| {
+            let line: String = info_value(info, &format!("loop{i}"));
+            line.strip_prefix("connections=").unwrap().parse().unwrap()
+        })
+        .collect()
+}
+
 /// One parameter's value, by CONFIG GET.
 pub fn config_get(con: &mut redis::Connection, name: &str) -> String {
     let v: Vec<String> = redis::cmd("CONFIG")

@@ -145,13 +145,23 @@ fn info(ctx: &mut Ctx<'_, '_>, args: &[&[u8]]) -> CmdResult {
     })
 }
 
-/// relcache's own section: the client loops, the connections on each, and how
-/// many moved to the loop their scripts' keys call home (see `script::affinity`).
+/// relcache's own section: the client loops, how many take connections now (1
+/// while gathered, see `gather`), the connections on each, how many moved to
+/// the loop their scripts' keys call home (see `script::affinity`) and how
+/// many moved to gather or spread.
 fn info_loops(server: &Server, out: &mut String) {
-    let loops = server.loop_connections.get().map_or(&[][..], |l| &l[..]);
-    field(out, "loops", loops.len());
-    field(out, "connection_moves", server.stats.connection_moves.get());
-    for (i, conns) in loops.iter().enumerate() {
+    let Some(view) = server.loops.get() else {
+        field(out, "loops", 0);
+        return;
+    };
+    let s = &server.stats;
+    field(out, "loops", view.connections.len());
+    field(out, "loops_active", view.active.load(Relaxed));
+    field(out, "loop_gathers", s.loop_gathers.get());
+    field(out, "loop_spreads", s.loop_spreads.get());
+    field(out, "balance_moves", s.balance_moves.get());
+    field(out, "connection_moves", s.connection_moves.get());
+    for (i, conns) in view.connections.iter().enumerate() {
         let _ = write!(out, "loop{i}:connections={}\r\n", conns.load(Relaxed));
     }
 }

@@ -1,0 +1,236 @@
+//! Gathering a lightly loaded server's connections on one loop, and spreading
+//! them over every loop again once one is not enough.
+//!
+//! With two loops and unpipelined clients, each loop answers what it has and
+//! sleeps, and is woken for the next request a moment later: the two loops
+//! slept and woke twice as often per request as one loop serving the same
+//! clients (`redis-benchmark -P 1 -c 50`, voluntary context switches), and
+//! each wake-up is a trip through the scheduler with colder caches. So while
+//! one loop can carry the load, the connections live on the first, and new
+//! ones are accepted there; once that loop has no time to spare, they spread
+//! evenly over all of them, as before. Redis does the same with its I/O
+//! threads: it stops them while few clients have replies waiting
+//! (`stopThreadedIOIfNeeded`) and serves every client on its main thread.
+//!
+//! Looked at `hz` times a second, from the time each loop slept in epoll
+//! waiting for work. A gathered loop that slept less than a tenth of two
+//! rounds in a row is full: the connections spread. Spread loops that were
+//! busy together less than `loop-gather-below` percent of one round gather.
+//! What loads on two loops cannot say is what they would load one with: a
+//! pipelined load that keeps each of two loops half idle fills one (measured:
+//! busy 61–90% together, 91–97% gathered). So gathering is a trial, and one
+//! that fills the loop at once, spreading again within [`HOLD`], makes the
+//! next wait twice as long as the last, from [`FIRST_WAIT`] up to
+//! [`LONGEST_WAIT`]; a gathering that holds starts the waits over.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::loops::Loops;
+use crate::server::Server;
+
+/// `loop-gather-below`'s default, in percent of one loop's time.
+pub const DEFAULT_BELOW: u64 = 80;
+/// Its most: a load gathered from under it must not read as full at once.
+pub const MAX_BELOW: u64 = FULL;
+/// Busy over this percent of a round, a loop is full.
+const FULL: u64 = 90;
+/// Rounds in a row a gathered loop must be full to spread: one busy round (a
+/// big reply, a sweep) is no load.
+const FULL_ROUNDS: u32 = 2;
+/// A gathering that spreads again within this was a trial that failed.
+const HOLD: Duration = Duration::from_secs(5);
+const FIRST_WAIT: Duration = Duration::from_secs(1);
+const LONGEST_WAIT: Duration = Duration::from_secs(64);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Turn {
+    Gather,
+    Spread,
+}
+
+/// What the last rounds said, and when gathering may be tried next.
+#[derive(Debug)]
+struct Gatherer {
+    /// When the connections last gathered.
+    gathered_at: Option<Instant>,
+    /// Gathered rounds in a row with the loop full.
+    full_rounds: u32,
+    /// How long the last failed gathering made the next wait.
+    wait: Duration,
+    /// No gathering before this.
+    not_before: Option<Instant>,
+}
+
+impl Gatherer {
+    fn new() -> Gatherer {
+        Gatherer {
+            gathered_at: None,
+            full_rounds: 0,
+            wait: Duration::ZERO,
+            not_before: None,
+        }
+    }
+
+    /// What the loops do after a round at `now` in which they were `busy`
+    /// (each loop's percent of the round), gathered or not; `below` is
+    /// `loop-gather-below` (0: never gather).
+    fn decide(&mut self, now: Instant, gathered: bool, below: u64, busy: &[u64]) -> Option<Turn> {
+        if gathered {
+            let full = below == 0 || busy.first().is_some_and(|&b| b > FULL);
+            self.full_rounds = if full { self.full_rounds + 1 } else { 0 };
+            if below != 0 && self.full_rounds < FULL_ROUNDS {
+                if self.gathered_at.is_some_and(|at| now >= at + HOLD) {
+                    // It held: the next spread is a new load, not this one.
+                    self.wait = Duration::ZERO;
+                }
+                return None;
+            }
+            self.full_rounds = 0;
+            let failed = self.gathered_at.is_some_and(|at| now < at + HOLD);
+            self.wait = if failed {
+                (self.wait * 2).clamp(FIRST_WAIT, LONGEST_WAIT)
+            } else {
+                Duration::ZERO
+            };
+            self.not_before = Some(now + self.wait);
+            return Some(Turn::Spread);
+        }
+        let together: u64 = busy.iter().sum();
+        let may = self.not_before.is_none_or(|t| now >= t);
+        if below == 0 || !may || together >= below {
+            return None;
+        }
+        self.gathered_at = Some(now);
+        Some(Turn::Gather)
+    }
+}
+
+/// Whether a server with `loops` loops starts gathered: with gathering on, as
+/// a server just started is idle.
+pub fn starts_gathered(server: &Server, loops: usize) -> bool {
+    loops > 1 && server.config.loop_gather_below.load(Relaxed) > 0
+}
+
+/// Looks at the loops `hz` times a second and gathers or spreads their
+/// connections, until shutdown.
+pub async fn run(server: Arc<Server>, loops: Arc<Loops>) {
+    if loops.len() < 2 {
+        return;
+    }
+    let mut g = Gatherer::new();
+    let mut last = (Instant::now(), loops.idle_ns());
+    loop {
+        let hz = server.config.hz.load(Relaxed).clamp(1, 500);
+        tokio::select! {
+            _ = server.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_millis(1000 / hz)) => {}
+        }
+        let now = (Instant::now(), loops.idle_ns());
+        let round = now.0.duration_since(last.0).as_nanos().max(1);
+        let busy: Vec<u64> = now
+            .1
+            .iter()
+            .zip(&last.1)
+            .map(|(idle, was)| {
+                let idle = (idle.saturating_sub(*was) as u128 * 100 / round).min(100);
+                100 - idle as u64
+            })
+            .collect();
+        last = now;
+        let below = server.config.loop_gather_below.load(Relaxed);
+        match g.decide(last.0, loops.gathered(), below, &busy) {
+            Some(Turn::Gather) => {
+                server.stats.loop_gathers.incr();
+                loops.gather();
+            }
+            Some(Turn::Spread) => {
+                server.stats.loop_spreads.incr();
+                loops.spread();
+            }
+            // Those that could not go at the last look (being served, or
+            // parked) are asked again.
+            None if loops.gathered() => loops.gather(),
+            None => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROUND: Duration = Duration::from_millis(100);
+
+    /// Feeds `g` `n` rounds, from `at`, while the loops do as told: each loop
+    /// busy as `spread` says while spread, the first as `gathered_busy` while
+    /// gathered. The turns taken.
+    fn rounds(
+        g: &mut Gatherer,
+        at: &mut Instant,
+        gathered: &mut bool,
+        below: u64,
+        (spread, gathered_busy): (&[u64], u64),
+        n: usize,
+    ) -> Vec<Turn> {
+        let mut turns = Vec::new();
+        for _ in 0..n {
+            *at += ROUND;
+            let busy: Vec<u64> = if *gathered {
+                vec![gathered_busy, 0]
+            } else {
+                spread.to_vec()
+            };
+            if let Some(t) = g.decide(*at, *gathered, below, &busy) {
+                *gathered = t == Turn::Gather;
+                turns.push(t);
+            }
+        }
+        turns
+    }
+
+    #[test]
+    fn a_light_load_stays_gathered_and_a_full_loop_spreads() {
+        let (mut g, mut at, mut gathered) = (Gatherer::new(), Instant::now(), true);
+        let mut r = |busy: u64, n| rounds(&mut g, &mut at, &mut gathered, 80, (&[30, 30], busy), n);
+        // Unpipelined clients: busy up to 86% gathered, and it stays.
+        assert!(r(86, 100).is_empty());
+        // One full round is no load; two are.
+        assert!(r(95, 1).is_empty());
+        assert!(r(50, 1).is_empty());
+        assert_eq!(r(95, 2), [Turn::Spread]);
+        // It had held for long: spread at 30% a loop, it gathers at the next
+        // look.
+        assert_eq!(r(50, 1), [Turn::Gather]);
+    }
+
+    #[test]
+    fn a_load_that_fills_one_loop_is_tried_ever_less_often() {
+        let (mut g, mut at, mut gathered) = (Gatherer::new(), Instant::now(), true);
+        // Each of two loops half idle, which fills one: 64 seconds of it.
+        let turns = rounds(&mut g, &mut at, &mut gathered, 80, (&[35, 35], 96), 640);
+        let gathers = turns.iter().filter(|&&t| t == Turn::Gather).count();
+        // Started gathered, it spreads and is tried again at once (no try had
+        // failed), then after 1, 2, 4, 8 and 16 seconds, each spreading again
+        // two rounds later; the next wait, 32 seconds, runs past the end.
+        assert_eq!(gathers, 6, "{turns:?}");
+        assert!(!gathered);
+        // Loads spread that would not fit one loop are never tried.
+        let (mut g, mut at, mut gathered) = (Gatherer::new(), Instant::now(), false);
+        assert!(rounds(&mut g, &mut at, &mut gathered, 80, (&[60, 60], 100), 100).is_empty());
+    }
+
+    #[test]
+    fn gathering_off_spreads_and_stays_spread() {
+        let (mut g, mut at, mut gathered) = (Gatherer::new(), Instant::now(), true);
+        assert_eq!(
+            rounds(&mut g, &mut at, &mut gathered, 0, (&[0, 0], 0), 50),
+            [Turn::Spread]
+        );
+        assert_eq!(
+            rounds(&mut g, &mut at, &mut gathered, 80, (&[0, 0], 0), 1),
+            [Turn::Gather]
+        );
+    }
+}

@@ -1,0 +1,211 @@
+//! The client loops gathering a light load on one loop and spreading a load
+//! that fills it (`gather`), with connections that lose nothing on the way: a
+//! transaction half queued, a WATCH, a subscription, client-side caching's
+//! invalidations, and replies in order.
+
+mod harness;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use harness::fenced::Conn;
+use harness::{info_value, loop_connections, TestServer};
+use relcache_protocol::resp::Frame;
+
+/// What INFO loops says: loops taking connections, and each loop's connections.
+fn loops(c: &mut Conn) -> (u64, Vec<u64>) {
+    let info = c.reply(&["INFO", "loops"]);
+    (info_value(&info, "loops_active"), loop_connections(&info))
+}
+
+/// Waits until INFO loops shows `want` (given what it shows), for at most 20
+/// seconds: what it showed last.
+fn wait_for(c: &mut Conn, what: &str, want: impl Fn(u64, &[u64]) -> bool) -> (u64, Vec<u64>) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (active, each) = loops(c);
+        if want(active, &each) {
+            return (active, each);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never {what}: {active} active, {each:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Connections with something in flight on each side of a move.
+struct Clients {
+    multi: Conn,
+    watching: Conn,
+    subscriber: Conn,
+    tracking: Conn,
+    plain: Vec<Conn>,
+}
+
+impl Clients {
+    fn new(port: u16) -> Clients {
+        let mut multi = Conn::new(port);
+        assert_eq!(multi.reply(&["MULTI"]), "+OK\r\n");
+        assert_eq!(multi.reply(&["INCR", "queued"]), "+QUEUED\r\n");
+        let mut watching = Conn::new(port);
+        assert_eq!(watching.reply(&["WATCH", "watched"]), "+OK\r\n");
+        let mut subscriber = Conn::new(port);
+        assert!(subscriber.reply(&["HELLO", "3"]).starts_with('%'));
+        assert!(subscriber
+            .text(&["SUBSCRIBE", "news"])
+            .contains("subscribe"));
+        let mut tracking = Conn::new(port);
+        assert!(tracking.reply(&["HELLO", "3"]).starts_with('%'));
+        assert_eq!(tracking.reply(&["CLIENT", "TRACKING", "on"]), "+OK\r\n");
+        let plain = (0..5).map(|_| Conn::new(port)).collect();
+        Clients {
+            multi,
+            watching,
+            subscriber,
+            tracking,
+            plain,
+        }
+    }
+
+    /// Everything they had going still holds, wherever they now live: the
+    /// queued command runs at EXEC, a write to the watched key fails the
+    /// watcher's transaction, the subscriber hears a PUBLISH, and the tracking
+    /// client is told of a key it read being written. `round` names the keys.
+    fn still_whole(&mut self, ctl: &mut Conn, round: u32) {
+        assert!(self.multi.reply(&["EXEC"]).contains(":1\r\n"));
+        assert_eq!(ctl.reply(&["DEL", "queued"]), ":1\r\n");
+        assert_eq!(self.multi.reply(&["MULTI"]), "+OK\r\n");
+        assert_eq!(self.multi.reply(&["INCR", "queued"]), "+QUEUED\r\n");
+
+        assert_eq!(
+            ctl.reply(&["SET", "watched", &round.to_string()]),
+            "+OK\r\n"
+        );
+        assert_eq!(self.watching.reply(&["MULTI"]), "+OK\r\n");
+        assert_eq!(
+            self.watching.reply(&["SET", "watched", "mine"]),
+            "+QUEUED\r\n"
+        );
+        assert_eq!(self.watching.reply(&["EXEC"]), "*-1\r\n");
+        assert_eq!(self.watching.reply(&["WATCH", "watched"]), "+OK\r\n");
+
+        let said = format!("said{round}");
+        assert_eq!(ctl.reply(&["PUBLISH", "news", &said]), ":1\r\n");
+        let heard = format!("{:?}", self.subscriber.frame());
+        assert!(heard.contains(&said), "{heard}");
+
+        let key = format!("tracked{round}");
+        assert_eq!(self.tracking.reply(&["GET", &key]), "_\r\n");
+        assert_eq!(ctl.reply(&["SET", &key, "1"]), "+OK\r\n");
+        let told = format!("{:?}", self.tracking.frame());
+        assert!(told.contains("invalidate") && told.contains(&key), "{told}");
+
+        for (i, c) in self.plain.iter_mut().enumerate() {
+            let key = format!("plain{round}-{i}");
+            assert_eq!(c.reply(&["SET", &key, "v"]), "+OK\r\n");
+            assert_eq!(c.reply(&["GET", &key]), "$1\r\nv\r\n");
+        }
+    }
+}
+
+/// An idle server keeps its connections on one loop; turning gathering off
+/// spreads them evenly, turning it on gathers them again, and through both
+/// moves every connection keeps its transaction, WATCH, subscription and
+/// tracking.
+#[test]
+fn an_idle_server_s_connections_gather_and_spread_losing_nothing() {
+    let s = TestServer::start_with(&["--threads", "2"]);
+    let mut ctl = Conn::new(s.port);
+    let mut clients = Clients::new(s.port);
+    // ctl, the four with something going and five plain ones.
+    let (active, each) = wait_for(&mut ctl, "gathered", |active, each| {
+        active == 1 && each == [10, 0]
+    });
+    assert_eq!((active, each), (1, vec![10, 0]));
+    clients.still_whole(&mut ctl, 0);
+
+    assert_eq!(
+        ctl.reply(&["CONFIG", "SET", "loop-gather-below", "0"]),
+        "+OK\r\n"
+    );
+    wait_for(&mut ctl, "spread", |active, each| {
+        active == 2 && each == [5, 5]
+    });
+    clients.still_whole(&mut ctl, 1);
+    // New connections go to the loop with the fewest while spread.
+    let late = Conn::new(s.port);
+    let (_, each) = wait_for(&mut ctl, "accepted", |_, each| {
+        each.iter().sum::<u64>() == 11
+    });
+    assert!(each.iter().all(|&n| n == 5 || n == 6), "{each:?}");
+    drop(late);
+
+    assert_eq!(
+        ctl.reply(&["CONFIG", "SET", "loop-gather-below", "80"]),
+        "+OK\r\n"
+    );
+    wait_for(&mut ctl, "gathered again", |active, each| {
+        active == 1 && each == [10, 0]
+    });
+    clients.still_whole(&mut ctl, 2);
+    let info = ctl.reply(&["INFO", "loops"]);
+    assert_eq!(info_value::<u64>(&info, "loop_spreads"), 1);
+    assert_eq!(info_value::<u64>(&info, "loop_gathers"), 1);
+    // Five went each way.
+    assert_eq!(info_value::<u64>(&info, "balance_moves"), 10);
+}
+
+/// A loop kept full (pipelined scripts that each spin for a while) spreads
+/// the connections; once the load ends, they gather again. The pipelined
+/// replies come in order throughout.
+#[test]
+fn a_full_loop_spreads_and_gathers_again_once_idle() {
+    let s = TestServer::start_with(&["--threads", "2"]);
+    let mut ctl = Conn::new(s.port);
+    let idle: Vec<Conn> = (0..3).map(|_| Conn::new(s.port)).collect();
+    wait_for(&mut ctl, "gathered", |active, each| {
+        active == 1 && each == [4, 0]
+    });
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy = {
+        let (stop, port) = (stop.clone(), s.port);
+        std::thread::spawn(move || {
+            let mut c = Conn::new(port);
+            let body = "for i = 1, 20000 do end return redis.call('incr', KEYS[1])";
+            let mut last = 0;
+            while !stop.load(Ordering::Relaxed) {
+                for _ in 0..32 {
+                    c.send(&["EVAL", body, "1", "spins"]);
+                }
+                for _ in 0..32 {
+                    match c.frame() {
+                        Frame::Integer(v) => {
+                            assert_eq!(v, last + 1, "a reply lost or out of order");
+                            last = v;
+                        }
+                        other => panic!("EVAL answered {other:?}"),
+                    }
+                }
+            }
+            last
+        })
+    };
+    wait_for(&mut ctl, "spread", |active, _| active == 2);
+    stop.store(true, Ordering::Relaxed);
+    let ran = busy.join().unwrap();
+    assert_eq!(
+        ctl.reply(&["GET", "spins"]),
+        format!("${}\r\n{ran}\r\n", ran.to_string().len())
+    );
+    wait_for(&mut ctl, "gathered again", |active, each| {
+        active == 1 && each == [4, 0]
+    });
+    drop(idle);
+    let info = ctl.reply(&["INFO", "loops"]);
+    assert!(info_value::<u64>(&info, "loop_spreads") >= 1);
+    assert!(info_value::<u64>(&info, "loop_gathers") >= 1);
+}
