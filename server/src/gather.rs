@@ -18,10 +18,13 @@
 //! busy together less than `loop-gather-below` percent of one round gather.
 //! What loads on two loops cannot say is what they would load one with: a
 //! pipelined load that keeps each of two loops half idle fills one (measured:
-//! busy 61–90% together, 91–97% gathered). So gathering is a trial, and one
-//! that fills the loop at once, spreading again within [`HOLD`], makes the
-//! next wait twice as long as the last, from [`FIRST_WAIT`] up to
-//! [`LONGEST_WAIT`]; a gathering that holds starts the waits over.
+//! busy 61–90% together, 91–97% gathered). So gathering under a load is a
+//! trial, and one that fills the loop at once, spreading again within
+//! [`HOLD`], makes the next wait twice as long as the last, from
+//! [`FIRST_WAIT`] up to [`LONGEST_WAIT`]; a gathering that holds starts the
+//! waits over. Loops all but idle (busy under [`IDLE`] together) gather at
+//! once, whatever the wait: the load that spread them has gone, and the next
+//! is another one.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -41,6 +44,8 @@ const FULL: u64 = 90;
 const FULL_ROUNDS: u32 = 2;
 /// A gathering that spreads again within this was a trial that failed.
 const HOLD: Duration = Duration::from_secs(5);
+/// Busy together under this percent, the loops have no load to try.
+const IDLE: u64 = 20;
 const FIRST_WAIT: Duration = Duration::from_secs(1);
 const LONGEST_WAIT: Duration = Duration::from_secs(64);
 
@@ -53,8 +58,9 @@ enum Turn {
 /// What the last rounds said, and when gathering may be tried next.
 #[derive(Debug)]
 struct Gatherer {
-    /// When the connections last gathered.
-    gathered_at: Option<Instant>,
+    /// When the connections last gathered, if they did under a load: a trial
+    /// of whether one loop carries it.
+    trial: Option<Instant>,
     /// Gathered rounds in a row with the loop full.
     full_rounds: u32,
     /// How long the last failed gathering made the next wait.
@@ -66,7 +72,7 @@ struct Gatherer {
 impl Gatherer {
     fn new() -> Gatherer {
         Gatherer {
-            gathered_at: None,
+            trial: None,
             full_rounds: 0,
             wait: Duration::ZERO,
             not_before: None,
@@ -81,14 +87,14 @@ impl Gatherer {
             let full = below == 0 || busy.first().is_some_and(|&b| b > FULL);
             self.full_rounds = if full { self.full_rounds + 1 } else { 0 };
             if below != 0 && self.full_rounds < FULL_ROUNDS {
-                if self.gathered_at.is_some_and(|at| now >= at + HOLD) {
+                if self.trial.is_some_and(|at| now >= at + HOLD) {
                     // It held: the next spread is a new load, not this one.
                     self.wait = Duration::ZERO;
                 }
                 return None;
             }
             self.full_rounds = 0;
-            let failed = self.gathered_at.is_some_and(|at| now < at + HOLD);
+            let failed = self.trial.is_some_and(|at| now < at + HOLD);
             self.wait = if failed {
                 (self.wait * 2).clamp(FIRST_WAIT, LONGEST_WAIT)
             } else {
@@ -98,11 +104,12 @@ impl Gatherer {
             return Some(Turn::Spread);
         }
         let together: u64 = busy.iter().sum();
-        let may = self.not_before.is_none_or(|t| now >= t);
+        let idle = together < IDLE;
+        let may = idle || self.not_before.is_none_or(|t| now >= t);
         if below == 0 || !may || together >= below {
             return None;
         }
-        self.gathered_at = Some(now);
+        self.trial = (!idle).then_some(now);
         Some(Turn::Gather)
     }
 }
@@ -219,6 +226,25 @@ mod tests {
         // Loads spread that would not fit one loop are never tried.
         let (mut g, mut at, mut gathered) = (Gatherer::new(), Instant::now(), false);
         assert!(rounds(&mut g, &mut at, &mut gathered, 80, (&[60, 60], 100), 100).is_empty());
+    }
+
+    #[test]
+    fn loads_that_come_and_go_gather_between_them_whatever_the_wait() {
+        let (mut g, mut at, mut gathered) = (Gatherer::new(), Instant::now(), true);
+        // A pipelined load that fills one loop, tried until the wait is 8 s.
+        rounds(&mut g, &mut at, &mut gathered, 80, (&[35, 35], 96), 100);
+        assert!(!gathered);
+        assert!(g.wait >= Duration::from_secs(4), "{g:?}");
+        // It ends: the idle loops gather at the next look.
+        assert_eq!(
+            rounds(&mut g, &mut at, &mut gathered, 80, (&[0, 0], 0), 1),
+            [Turn::Gather]
+        );
+        // A new one comes 2 s later: it spreads, and the idle gathering was no
+        // trial, so it is tried again at once.
+        assert!(rounds(&mut g, &mut at, &mut gathered, 80, (&[0, 0], 0), 20).is_empty());
+        let turns = rounds(&mut g, &mut at, &mut gathered, 80, (&[35, 35], 96), 3);
+        assert_eq!(turns, [Turn::Spread, Turn::Gather]);
     }
 
     #[test]
