@@ -158,54 +158,141 @@ fn an_idle_server_s_connections_gather_and_spread_losing_nothing() {
     assert_eq!(info_value::<u64>(&info, "balance_moves"), 10);
 }
 
-/// A loop kept full (pipelined scripts that each spin for a while) spreads
-/// the connections; once the load ends, they gather again. The pipelined
-/// replies come in order throughout.
+/// How the pipeliners load the server.
+#[derive(Clone, Copy)]
+enum Load {
+    /// Batches of 16 EVALs of a script that INCRs the connection's key, back
+    /// to back.
+    Script(&'static str),
+    /// Batches of 8 INCRs each followed by a GET of a 16 KB value, 10 ms apart:
+    /// replies bigger than a socket takes at once, and a load light enough to
+    /// gather.
+    BigReplies,
+}
+
+/// `n` connections pipelining `load` until `stop`, each on its own key,
+/// checking every reply: the counts in order and the values whole. What
+/// each counted to.
+fn pipeliners(
+    port: u16,
+    n: usize,
+    load: Load,
+    stop: &Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<(String, i64)>> {
+    (0..n)
+        .map(|i| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut c = Conn::new(port);
+                let key = format!("count{i}");
+                let big = format!("big{i}");
+                assert_eq!(c.reply(&["SET", &big, &"v".repeat(16384)]), "+OK\r\n");
+                let batch = match load {
+                    Load::Script(_) => 16,
+                    Load::BigReplies => 8,
+                };
+                let mut last = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..batch {
+                        match load {
+                            Load::Script(body) => c.send(&["EVAL", body, "1", &key]),
+                            Load::BigReplies => {
+                                c.send(&["INCR", &key]);
+                                c.send(&["GET", &big]);
+                            }
+                        }
+                    }
+                    for _ in 0..batch {
+                        match c.frame() {
+                            Frame::Integer(v) => {
+                                assert_eq!(v, last + 1, "a reply lost or out of order");
+                                last = v;
+                            }
+                            other => panic!("{key} answered {other:?}"),
+                        }
+                        if let Load::BigReplies = load {
+                            match c.frame() {
+                                Frame::Bulk(v) => assert_eq!(v.len(), 16384),
+                                other => panic!("GET {big} answered {other:?}"),
+                            }
+                        }
+                    }
+                    if let Load::BigReplies = load {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+                (key, last)
+            })
+        })
+        .collect()
+}
+
+/// Each pipeliner's count is what the server holds.
+fn counts_held(ctl: &mut Conn, done: Vec<std::thread::JoinHandle<(String, i64)>>) {
+    for h in done {
+        let (key, n) = h.join().unwrap();
+        assert!(n > 0, "{key} never ran");
+        assert_eq!(
+            ctl.reply(&["GET", &key]),
+            format!("${}\r\n{n}\r\n", n.to_string().len())
+        );
+    }
+}
+
+/// A loop kept full (pipelined scripts that each spin for a while, well under
+/// the 1 ms past which a script hands its loop to another thread and the loop
+/// reads as idle; from four connections, so the loop always has work queued)
+/// spreads the connections;
+/// once the load ends, they gather again. The pipelined replies come in order
+/// throughout.
 #[test]
 fn a_full_loop_spreads_and_gathers_again_once_idle() {
     let s = TestServer::start_with(&["--threads", "2"]);
     let mut ctl = Conn::new(s.port);
-    let idle: Vec<Conn> = (0..3).map(|_| Conn::new(s.port)).collect();
     wait_for(&mut ctl, "gathered", |active, each| {
-        active == 1 && each == [4, 0]
+        active == 1 && each == [1, 0]
     });
-
     let stop = Arc::new(AtomicBool::new(false));
-    let busy = {
-        let (stop, port) = (stop.clone(), s.port);
-        std::thread::spawn(move || {
-            let mut c = Conn::new(port);
-            let body = "for i = 1, 20000 do end return redis.call('incr', KEYS[1])";
-            let mut last = 0;
-            while !stop.load(Ordering::Relaxed) {
-                for _ in 0..32 {
-                    c.send(&["EVAL", body, "1", "spins"]);
-                }
-                for _ in 0..32 {
-                    match c.frame() {
-                        Frame::Integer(v) => {
-                            assert_eq!(v, last + 1, "a reply lost or out of order");
-                            last = v;
-                        }
-                        other => panic!("EVAL answered {other:?}"),
-                    }
-                }
-            }
-            last
-        })
-    };
+    let body = "for i = 1, 5000 do end return redis.call('incr', KEYS[1])";
+    let busy = pipeliners(s.port, 4, Load::Script(body), &stop);
     wait_for(&mut ctl, "spread", |active, _| active == 2);
     stop.store(true, Ordering::Relaxed);
-    let ran = busy.join().unwrap();
-    assert_eq!(
-        ctl.reply(&["GET", "spins"]),
-        format!("${}\r\n{ran}\r\n", ran.to_string().len())
-    );
+    counts_held(&mut ctl, busy);
     wait_for(&mut ctl, "gathered again", |active, each| {
-        active == 1 && each == [4, 0]
+        active == 1 && each == [1, 0]
     });
-    drop(idle);
     let info = ctl.reply(&["INFO", "loops"]);
     assert!(info_value::<u64>(&info, "loop_spreads") >= 1);
     assert!(info_value::<u64>(&info, "loop_gathers") >= 1);
+}
+
+/// Connections moved back and forth while they pipeline, with replies half
+/// written (16 KB values, 8 to a batch) and requests half read, lose and
+/// reorder nothing.
+#[test]
+fn connections_moved_mid_pipeline_keep_every_reply_in_order() {
+    let s = TestServer::start_with(&["--threads", "2"]);
+    let mut ctl = Conn::new(s.port);
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers = pipeliners(s.port, 6, Load::BigReplies, &stop);
+    wait_for(&mut ctl, "all connected", |_, each| {
+        each.iter().sum::<u64>() == 7
+    });
+    let moves = |ctl: &mut Conn| info_value::<u64>(&ctl.reply(&["INFO", "loops"]), "balance_moves");
+    for round in 0..4 {
+        let before = moves(&mut ctl);
+        let (below, active) = if round % 2 == 0 { ("0", 2) } else { ("80", 1) };
+        assert_eq!(
+            ctl.reply(&["CONFIG", "SET", "loop-gather-below", below]),
+            "+OK\r\n"
+        );
+        wait_for(&mut ctl, "turned", |a, _| a == active);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while moves(&mut ctl) == before {
+            assert!(Instant::now() < deadline, "nobody moved in round {round}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    counts_held(&mut ctl, workers);
 }

@@ -41,7 +41,10 @@ use std::future::Future;
 use std::io;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU64, AtomicUsize,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use std::sync::{Arc, OnceLock, Weak};
 use std::task::{Context, Wake, Waker};
 use std::time::Duration;
@@ -401,13 +404,22 @@ impl EvLoop {
     /// Nanoseconds the loop has slept waiting for work since it started, the
     /// sleep it is in counted.
     pub(crate) fn idle_ns(&self) -> u64 {
-        let since = self.shared.asleep_since.load(Relaxed);
-        let asleep = if since == 0 {
-            0
-        } else {
-            Stamp::from_ticks(since).elapsed_ns()
-        };
-        self.shared.idle_ns.load(Relaxed) + asleep
+        // The sleep and the total are read on the same side of a wake-up: one
+        // that ends between the two reads moves the sleep into the total, and
+        // read across it, the sleep would count twice.
+        loop {
+            let since = self.shared.asleep_since.load(Acquire);
+            let idle = self.shared.idle_ns.load(Acquire);
+            if self.shared.asleep_since.load(Acquire) != since {
+                continue;
+            }
+            let asleep = if since == 0 {
+                0
+            } else {
+                Stamp::from_ticks(since).elapsed_ns()
+            };
+            return idle + asleep;
+        }
     }
 
     /// Tells the loop to send connections to other loops, waking it once. It
@@ -650,12 +662,12 @@ fn run(shared: &Shared, mut p: Box<Poller>) -> Ran {
         // without, once a round.
         let sleeps = (timeout != Some(Duration::ZERO)).then(Stamp::now);
         if let Some(since) = sleeps {
-            shared.asleep_since.store(since.ticks().max(1), Relaxed);
+            shared.asleep_since.store(since.ticks().max(1), Release);
         }
         let polled = poll.poll(events, timeout);
         if let Some(slept) = sleeps {
-            shared.idle_ns.fetch_add(slept.elapsed_ns(), Relaxed);
-            shared.asleep_since.store(0, Relaxed);
+            shared.idle_ns.fetch_add(slept.elapsed_ns(), Release);
+            shared.asleep_since.store(0, Release);
         }
         if let Err(e) = polled {
             if e.kind() != io::ErrorKind::Interrupted {
@@ -981,13 +993,18 @@ impl Poller {
         let Some(to) = to else {
             return Some(c);
         };
-        let server = c.server.clone();
+        let (server, homed) = (c.server.clone(), c.homed);
         c.homed = true;
-        let stays = self.send_to(k, c, &to);
-        if stays.is_none() {
-            server.stats.connection_moves.incr();
+        match self.send_to(k, c, &to) {
+            None => {
+                server.stats.connection_moves.incr();
+                None
+            }
+            Some(mut stays) => {
+                stays.homed = homed;
+                Some(stays)
+            }
         }
-        stays
     }
 
     /// Sends connections waiting in their slots to another loop, as `s` says.

@@ -25,11 +25,18 @@
 //! waits over. Loops all but idle (busy under [`IDLE`] together) gather at
 //! once, whatever the wait: the load that spread them has gone, and the next
 //! is another one.
+//!
+//! What the sleeps cannot see: work a loop hands to another thread
+//! ([`crate::offload`]: a script or transaction past 1 ms, a big walk or
+//! request) leaves the loop polling, so a load made of such work reads as
+//! light and stays gathered, its long requests on the loop's spare threads
+//! (at most `loop-max-threads`), as it would on one loop with `--threads 1`.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::clock::Stamp;
 use crate::loops::Loops;
 use crate::server::Server;
 
@@ -48,6 +55,32 @@ const HOLD: Duration = Duration::from_secs(5);
 const IDLE: u64 = 20;
 const FIRST_WAIT: Duration = Duration::from_secs(1);
 const LONGEST_WAIT: Duration = Duration::from_secs(64);
+
+/// How busy (not asleep in epoll) the loops were in a round, in percent of it.
+#[derive(Clone, Copy, Debug)]
+struct Busy {
+    /// The first loop.
+    first: u64,
+    /// All of them, summed before rounding: with many loops, each rounded on
+    /// its own would be off by up to a point each.
+    together: u64,
+}
+
+impl Busy {
+    /// From each loop's idle nanoseconds in a round of `round_ns`, measured on
+    /// the same clock.
+    fn of(idle_ns: impl Iterator<Item = u64>, round_ns: u64) -> Busy {
+        let round = round_ns.max(1) as u128;
+        let busy: Vec<u128> = idle_ns
+            .map(|idle| round.saturating_sub(idle as u128))
+            .collect();
+        let percent = |ns: u128| (ns * 100 / round) as u64;
+        Busy {
+            first: busy.first().map_or(0, |&b| percent(b)),
+            together: percent(busy.iter().sum()),
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Turn {
@@ -79,12 +112,11 @@ impl Gatherer {
         }
     }
 
-    /// What the loops do after a round at `now` in which they were `busy`
-    /// (each loop's percent of the round), gathered or not; `below` is
-    /// `loop-gather-below` (0: never gather).
-    fn decide(&mut self, now: Instant, gathered: bool, below: u64, busy: &[u64]) -> Option<Turn> {
+    /// What the loops do after a round at `now` in which they were `busy`,
+    /// gathered or not; `below` is `loop-gather-below` (0: never gather).
+    fn decide(&mut self, now: Instant, gathered: bool, below: u64, busy: Busy) -> Option<Turn> {
         if gathered {
-            let full = below == 0 || busy.first().is_some_and(|&b| b > FULL);
+            let full = below == 0 || busy.first > FULL;
             self.full_rounds = if full { self.full_rounds + 1 } else { 0 };
             if below != 0 && self.full_rounds < FULL_ROUNDS {
                 if self.trial.is_some_and(|at| now >= at + HOLD) {
@@ -103,7 +135,7 @@ impl Gatherer {
             self.not_before = Some(now + self.wait);
             return Some(Turn::Spread);
         }
-        let together: u64 = busy.iter().sum();
+        let together = busy.together;
         let idle = together < IDLE;
         let may = idle || self.not_before.is_none_or(|t| now >= t);
         if below == 0 || !may || together >= below {
@@ -127,27 +159,26 @@ pub async fn run(server: Arc<Server>, loops: Arc<Loops>) {
         return;
     }
     let mut g = Gatherer::new();
-    let mut last = (Instant::now(), loops.idle_ns());
+    // The round is timed on the clock the loops' sleeps are (the TSC's), not
+    // on one an NTP slew can make run slower or faster than it.
+    let mut last = (Stamp::now(), loops.idle_ns());
     loop {
         let hz = server.config.hz.load(Relaxed).clamp(1, 500);
         tokio::select! {
             _ = server.shutdown.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_millis(1000 / hz)) => {}
         }
-        let now = (Instant::now(), loops.idle_ns());
-        let round = now.0.duration_since(last.0).as_nanos().max(1);
-        let busy: Vec<u64> = now
+        let round_ns = last.0.elapsed_ns();
+        let now = (Stamp::now(), loops.idle_ns());
+        let idle = now
             .1
             .iter()
             .zip(&last.1)
-            .map(|(idle, was)| {
-                let idle = (idle.saturating_sub(*was) as u128 * 100 / round).min(100);
-                100 - idle as u64
-            })
-            .collect();
+            .map(|(idle, was)| idle.saturating_sub(*was));
+        let busy = Busy::of(idle, round_ns);
         last = now;
         let below = server.config.loop_gather_below.load(Relaxed);
-        match g.decide(last.0, loops.gathered(), below, &busy) {
+        match g.decide(Instant::now(), loops.gathered(), below, busy) {
             Some(Turn::Gather) => {
                 server.stats.loop_gathers.incr();
                 loops.gather();
@@ -184,12 +215,18 @@ mod tests {
         let mut turns = Vec::new();
         for _ in 0..n {
             *at += ROUND;
-            let busy: Vec<u64> = if *gathered {
-                vec![gathered_busy, 0]
+            let busy = if *gathered {
+                Busy {
+                    first: gathered_busy,
+                    together: gathered_busy,
+                }
             } else {
-                spread.to_vec()
+                Busy {
+                    first: spread[0],
+                    together: spread.iter().sum(),
+                }
             };
-            if let Some(t) = g.decide(*at, *gathered, below, &busy) {
+            if let Some(t) = g.decide(*at, *gathered, below, busy) {
                 *gathered = t == Turn::Gather;
                 turns.push(t);
             }
@@ -245,6 +282,23 @@ mod tests {
         assert!(rounds(&mut g, &mut at, &mut gathered, 80, (&[0, 0], 0), 20).is_empty());
         let turns = rounds(&mut g, &mut at, &mut gathered, 80, (&[35, 35], 96), 3);
         assert_eq!(turns, [Turn::Spread, Turn::Gather]);
+    }
+
+    #[test]
+    fn many_idle_loops_read_as_idle_and_many_light_ones_as_their_sum() {
+        let round = 100_000_000;
+        // 128 loops asleep all round but a nanosecond, or longer than the
+        // round (a sleep read a moment after the round's end).
+        let asleep = (0..128).map(|i| round - (i % 2) + (i % 3) * 1_000);
+        let busy = Busy::of(asleep, round);
+        assert_eq!((busy.first, busy.together), (0, 0));
+        // 64 loops 1.9% busy each: 121% together, not 64 nor 128.
+        let light = std::iter::repeat_n(round - round * 19 / 1000, 64);
+        let busy = Busy::of(light, round);
+        assert_eq!((busy.first, busy.together), (1, 121));
+        // Loop 0 full, another idle.
+        let busy = Busy::of([round / 20, round].into_iter(), round);
+        assert_eq!((busy.first, busy.together), (95, 95));
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! under an even share when they spread, and to the loop its scripts' keys call
 //! home when its scripts keep waiting for other loops' scripts over the same
 //! keys ([`crate::script::affinity`]), as Dragonfly moves a script's
-//! connection.//!
+//! connection.
+//!
 //! One runtime with a worker per core (tokio's work-stealing scheduler) cost ~15%
 //! more CPU per pipelined GET than a single worker serving the same load (1.3×
 //! Redis's against 1.03–1.07×, `vs_redis`-style runs on 2 cores): a task
@@ -18,8 +19,8 @@
 //! and buffers cold in that core's cache, and every batch of readiness woke a
 //! sleeping sibling (a futex round trip) to steal half of it. Loops that share
 //! nothing on the request path pay neither. What a loop gives up is stealing: a
-//! loop with more busy clients than another stays busier. Connections are spread
-//! evenly as they arrive, and a command that runs long still hands its loop's
+//! loop with more busy clients than another stays busier. Spread connections are
+//! even in number once, as they spread or arrive, and a command that runs long still hands its loop's
 //! other clients to a fresh thread ([`crate::offload`]), because each loop is a
 //! multi-threaded runtime that happens to have one worker, not a current-thread
 //! one.
