@@ -5,12 +5,13 @@
 
 mod harness;
 
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use harness::fenced::Conn;
-use harness::{info_value, loop_connections, TestServer};
+use harness::{info_value, loop_connections, resp_cmd, TestServer};
 use relcache_protocol::resp::Frame;
 
 /// What INFO loops says: loops taking connections, and each loop's connections.
@@ -161,14 +162,18 @@ fn an_idle_server_s_connections_gather_and_spread_losing_nothing() {
 /// How the pipeliners load the server.
 #[derive(Clone, Copy)]
 enum Load {
-    /// Batches of 16 EVALs of a script that INCRs the connection's key, back
+    /// Batches of 64 EVALs of a script that INCRs the connection's key, back
     /// to back.
     Script(&'static str),
-    /// Batches of 8 INCRs each followed by a GET of a 16 KB value, 10 ms apart:
-    /// replies bigger than a socket takes at once, and a load light enough to
-    /// gather.
+    /// Batches of 64 INCRs each followed by a GET of a 64 KB value, sent in
+    /// two writes split inside a request, 2 ms apart, and read 5 ms after:
+    /// requests half read and 4 MB of replies, more than a socket takes, half
+    /// written for a while. 10 ms between batches keeps the load light
+    /// enough to gather.
     BigReplies,
 }
+
+const BIG: usize = 65536;
 
 /// `n` connections pipelining `load` until `stop`, each on its own key,
 /// checking every reply: the counts in order and the values whole. What
@@ -186,23 +191,38 @@ fn pipeliners(
                 let mut c = Conn::new(port);
                 let key = format!("count{i}");
                 let big = format!("big{i}");
-                assert_eq!(c.reply(&["SET", &big, &"v".repeat(16384)]), "+OK\r\n");
-                let batch = match load {
-                    Load::Script(_) => 16,
-                    Load::BigReplies => 8,
-                };
-                let mut last = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    for _ in 0..batch {
-                        match load {
-                            Load::Script(body) => c.send(&["EVAL", body, "1", &key]),
-                            Load::BigReplies => {
-                                c.send(&["INCR", &key]);
-                                c.send(&["GET", &big]);
-                            }
+                let mut batch = Vec::new();
+                for _ in 0..64 {
+                    match load {
+                        Load::Script(body) => batch.extend(resp_cmd(&[
+                            b"EVAL",
+                            body.as_bytes(),
+                            b"1",
+                            key.as_bytes(),
+                        ])),
+                        Load::BigReplies => {
+                            batch.extend(resp_cmd(&[b"INCR", key.as_bytes()]));
+                            batch.extend(resp_cmd(&[b"GET", big.as_bytes()]));
                         }
                     }
-                    for _ in 0..batch {
+                }
+                if let Load::BigReplies = load {
+                    assert_eq!(c.reply(&["SET", &big, &"v".repeat(BIG)]), "+OK\r\n");
+                }
+                let mut last = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    match load {
+                        Load::Script(_) => c.s.write_all(&batch).unwrap(),
+                        Load::BigReplies => {
+                            // Inside the 33rd request, whatever its length.
+                            let (head, tail) = batch.split_at(batch.len() / 2 + 3);
+                            c.s.write_all(head).unwrap();
+                            std::thread::sleep(Duration::from_millis(2));
+                            c.s.write_all(tail).unwrap();
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                    }
+                    for _ in 0..64 {
                         match c.frame() {
                             Frame::Integer(v) => {
                                 assert_eq!(v, last + 1, "a reply lost or out of order");
@@ -212,7 +232,7 @@ fn pipeliners(
                         }
                         if let Load::BigReplies = load {
                             match c.frame() {
-                                Frame::Bulk(v) => assert_eq!(v.len(), 16384),
+                                Frame::Bulk(v) => assert_eq!(v.len(), BIG),
                                 other => panic!("GET {big} answered {other:?}"),
                             }
                         }
@@ -241,8 +261,8 @@ fn counts_held(ctl: &mut Conn, done: Vec<std::thread::JoinHandle<(String, i64)>>
 
 /// A loop kept full (pipelined scripts that each spin for a while, well under
 /// the 1 ms past which a script hands its loop to another thread and the loop
-/// reads as idle; from four connections, so the loop always has work queued)
-/// spreads the connections;
+/// reads as idle; 64 deep from six connections, so the loop always has work
+/// queued) spreads the connections;
 /// once the load ends, they gather again. The pipelined replies come in order
 /// throughout.
 #[test]
@@ -254,7 +274,7 @@ fn a_full_loop_spreads_and_gathers_again_once_idle() {
     });
     let stop = Arc::new(AtomicBool::new(false));
     let body = "for i = 1, 5000 do end return redis.call('incr', KEYS[1])";
-    let busy = pipeliners(s.port, 4, Load::Script(body), &stop);
+    let busy = pipeliners(s.port, 6, Load::Script(body), &stop);
     wait_for(&mut ctl, "spread", |active, _| active == 2);
     stop.store(true, Ordering::Relaxed);
     counts_held(&mut ctl, busy);
@@ -266,9 +286,8 @@ fn a_full_loop_spreads_and_gathers_again_once_idle() {
     assert!(info_value::<u64>(&info, "loop_gathers") >= 1);
 }
 
-/// Connections moved back and forth while they pipeline, with replies half
-/// written (16 KB values, 8 to a batch) and requests half read, lose and
-/// reorder nothing.
+/// Connections moved back and forth while they pipeline, with requests half
+/// read and replies half written, lose and reorder nothing.
 #[test]
 fn connections_moved_mid_pipeline_keep_every_reply_in_order() {
     let s = TestServer::start_with(&["--threads", "2"]);
@@ -278,20 +297,35 @@ fn connections_moved_mid_pipeline_keep_every_reply_in_order() {
     wait_for(&mut ctl, "all connected", |_, each| {
         each.iter().sum::<u64>() == 7
     });
-    let moves = |ctl: &mut Conn| info_value::<u64>(&ctl.reply(&["INFO", "loops"]), "balance_moves");
-    for round in 0..4 {
-        let before = moves(&mut ctl);
-        let (below, active) = if round % 2 == 0 { ("0", 2) } else { ("80", 1) };
+    let turns = |ctl: &mut Conn| {
+        let info = ctl.reply(&["INFO", "loops"]);
+        let turns: [u64; 2] = [
+            info_value(&info, "loop_spreads"),
+            info_value(&info, "loop_gathers"),
+        ];
+        turns
+    };
+    for round in 0..6 {
+        let before = turns(&mut ctl);
+        let spread = round % 2 == 0;
+        let below = if spread { "0" } else { "90" };
         assert_eq!(
             ctl.reply(&["CONFIG", "SET", "loop-gather-below", below]),
             "+OK\r\n"
         );
-        wait_for(&mut ctl, "turned", |a, _| a == active);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while moves(&mut ctl) == before {
-            assert!(Instant::now() < deadline, "nobody moved in round {round}");
-            std::thread::sleep(Duration::from_millis(20));
+        if spread {
+            wait_for(&mut ctl, "spread", |a, each| {
+                a == 2 && each.iter().all(|&n| n > 0)
+            });
+        } else {
+            wait_for(&mut ctl, "gathered", |a, each| a == 1 && each == [7, 0]);
         }
+        let after = turns(&mut ctl);
+        let turned = usize::from(!spread);
+        assert!(
+            after[turned] > before[turned],
+            "round {round}: {before:?} {after:?}"
+        );
     }
     stop.store(true, Ordering::Relaxed);
     counts_held(&mut ctl, workers);

@@ -41,10 +41,7 @@ use std::future::Future;
 use std::io;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::atomic::{
-    AtomicU64, AtomicUsize,
-    Ordering::{Acquire, Relaxed, Release},
-};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
 use std::task::{Context, Wake, Waker};
 use std::time::Duration;
@@ -104,12 +101,9 @@ struct Shared {
     /// How many loops, from the first, take connections now: one while the
     /// server's connections are gathered ([`crate::gather`]), else all.
     active: Arc<AtomicUsize>,
-    /// Nanoseconds the loop has slept in epoll waiting for work: what it had to
+    /// The time the loop has slept in epoll waiting for work: what it had to
     /// spare ([`crate::gather`]).
-    idle_ns: AtomicU64,
-    /// When the sleep it is in began (a [`Stamp`]'s ticks), 0 while awake: a
-    /// loop asleep for seconds has been idle all along, not only once it wakes.
-    asleep_since: AtomicU64,
+    sleeps: Mutex<Sleeps>,
     /// Most threads the loop has at once (`loop-max-threads`). Each long command
     /// running makes one more when none is spare; past this many, the next runs
     /// on the thread that polls, and the loop's other clients wait for it as
@@ -169,6 +163,15 @@ pub(crate) struct Sending {
     /// Those that moved to the loop their scripts call home go too: they are
     /// all going to one loop, where no script waits for another loop's.
     pub homed_too: bool,
+}
+
+/// The loop's sleeps in epoll.
+#[derive(Default)]
+struct Sleeps {
+    /// Nanoseconds slept, those of the sleep in progress left out.
+    total_ns: u64,
+    /// When the sleep in progress began.
+    since: Option<Stamp>,
 }
 
 /// A connection on its way to a loop.
@@ -366,8 +369,7 @@ impl EvLoop {
             conns,
             peers: OnceLock::new(),
             active,
-            idle_ns: AtomicU64::new(0),
-            asleep_since: AtomicU64::new(0),
+            sleeps: Mutex::new(Sleeps::default()),
             max_threads: max_threads.max(2),
         });
         let poller = Box::new(Poller {
@@ -404,22 +406,8 @@ impl EvLoop {
     /// Nanoseconds the loop has slept waiting for work since it started, the
     /// sleep it is in counted.
     pub(crate) fn idle_ns(&self) -> u64 {
-        // The sleep and the total are read on the same side of a wake-up: one
-        // that ends between the two reads moves the sleep into the total, and
-        // read across it, the sleep would count twice.
-        loop {
-            let since = self.shared.asleep_since.load(Acquire);
-            let idle = self.shared.idle_ns.load(Acquire);
-            if self.shared.asleep_since.load(Acquire) != since {
-                continue;
-            }
-            let asleep = if since == 0 {
-                0
-            } else {
-                Stamp::from_ticks(since).elapsed_ns()
-            };
-            return idle + asleep;
-        }
+        let sleeps = self.shared.sleeps.lock();
+        sleeps.total_ns + sleeps.since.map_or(0, Stamp::elapsed_ns)
     }
 
     /// Tells the loop to send connections to other loops, waking it once. It
@@ -660,14 +648,19 @@ fn run(shared: &Shared, mut p: Box<Poller>) -> Ran {
         } = &mut *p;
         // Only a poll that may sleep is timed: a loop with work waiting polls
         // without, once a round.
-        let sleeps = (timeout != Some(Duration::ZERO)).then(Stamp::now);
-        if let Some(since) = sleeps {
-            shared.asleep_since.store(since.ticks().max(1), Release);
+        // A lock, not two atomics: the sleep in progress and the total must
+        // be read on the same side of a wake-up, or the sleep counts twice or
+        // not at all. Taken twice a sleep, which costs a system call anyway.
+        let may_sleep = timeout != Some(Duration::ZERO);
+        if may_sleep {
+            shared.sleeps.lock().since = Some(Stamp::now());
         }
         let polled = poll.poll(events, timeout);
-        if let Some(slept) = sleeps {
-            shared.idle_ns.fetch_add(slept.elapsed_ns(), Release);
-            shared.asleep_since.store(0, Release);
+        if may_sleep {
+            let mut sleeps = shared.sleeps.lock();
+            if let Some(since) = sleeps.since.take() {
+                sleeps.total_ns += since.elapsed_ns();
+            }
         }
         if let Err(e) = polled {
             if e.kind() != io::ErrorKind::Interrupted {

@@ -13,7 +13,7 @@
 //! (`stopThreadedIOIfNeeded`) and serves every client on its main thread.
 //!
 //! Looked at `hz` times a second, from the time each loop slept in epoll
-//! waiting for work. A gathered loop that slept less than a tenth of two
+//! waiting for work. A gathered loop that slept a tenth or less of two
 //! rounds in a row is full: the connections spread. Spread loops that were
 //! busy together less than `loop-gather-below` percent of one round gather.
 //! What loads on two loops cannot say is what they would load one with: a
@@ -44,7 +44,7 @@ use crate::server::Server;
 pub const DEFAULT_BELOW: u64 = 80;
 /// Its most: a load gathered from under it must not read as full at once.
 pub const MAX_BELOW: u64 = FULL;
-/// Busy over this percent of a round, a loop is full.
+/// Busy this percent of a round or more, a loop is full.
 const FULL: u64 = 90;
 /// Rounds in a row a gathered loop must be full to spread: one busy round (a
 /// big reply, a sweep) is no load.
@@ -115,10 +115,15 @@ impl Gatherer {
     /// What the loops do after a round at `now` in which they were `busy`,
     /// gathered or not; `below` is `loop-gather-below` (0: never gather).
     fn decide(&mut self, now: Instant, gathered: bool, below: u64, busy: Busy) -> Option<Turn> {
+        if gathered && below == 0 {
+            // Turned off: no load's verdict, and no wait for a later turn on.
+            *self = Gatherer::new();
+            return Some(Turn::Spread);
+        }
         if gathered {
-            let full = below == 0 || busy.first > FULL;
+            let full = busy.first >= FULL;
             self.full_rounds = if full { self.full_rounds + 1 } else { 0 };
-            if below != 0 && self.full_rounds < FULL_ROUNDS {
+            if self.full_rounds < FULL_ROUNDS {
                 if self.trial.is_some_and(|at| now >= at + HOLD) {
                     // It held: the next spread is a new load, not this one.
                     self.wait = Duration::ZERO;
@@ -299,6 +304,25 @@ mod tests {
         // Loop 0 full, another idle.
         let busy = Busy::of([round / 20, round].into_iter(), round);
         assert_eq!((busy.first, busy.together), (95, 95));
+    }
+
+    #[test]
+    fn turning_gathering_off_is_no_failed_trial() {
+        let (mut g, mut at, mut gathered) = (Gatherer::new(), Instant::now(), false);
+        // Gathered under a load, and at once turned off, then on again.
+        let load = (&[30, 30][..], 70);
+        assert_eq!(
+            rounds(&mut g, &mut at, &mut gathered, 80, load, 1),
+            [Turn::Gather]
+        );
+        assert_eq!(
+            rounds(&mut g, &mut at, &mut gathered, 0, load, 1),
+            [Turn::Spread]
+        );
+        assert_eq!(
+            rounds(&mut g, &mut at, &mut gathered, 80, load, 1),
+            [Turn::Gather]
+        );
     }
 
     #[test]
