@@ -330,3 +330,62 @@ fn connections_moved_mid_pipeline_keep_every_reply_in_order() {
     stop.store(true, Ordering::Relaxed);
     counts_held(&mut ctl, workers);
 }
+
+/// A connection parked in a blocking command when the loops gather stays on
+/// its loop, and follows the others to the first once its command answers.
+#[test]
+fn a_parked_connection_gathers_once_its_command_answers() {
+    let s = TestServer::start_with(&["--threads", "2", "--loop-gather-below", "0"]);
+    let mut ctl = Conn::new(s.port);
+    // Which loop ctl is on (the harness's own first connection may still be
+    // counted as it arrives).
+    let (_, alone) = wait_for(&mut ctl, "ctl alone", |_, each| {
+        each.iter().sum::<u64>() == 1
+    });
+    let ctl_on_1 = u64::from(alone[1] == 1);
+    // ctl holds the lease on u:1; three waiters wait for it, parked, spread
+    // two and two with ctl, so at least one waits on the second loop.
+    let token = ctl.reply(&["IDSET.LEASE", "u:1"]);
+    let token = token.trim_start_matches(':').trim_end().to_string();
+    assert!(token.parse::<u64>().unwrap() > 0, "{token}");
+    let mut waiters: Vec<(Conn, String)> = (0..3)
+        .map(|_| {
+            let mut w = Conn::new(s.port);
+            let id = w.reply(&["CLIENT", "ID"]);
+            let id = id.trim_start_matches(':').trim_end().to_string();
+            (w, id)
+        })
+        .collect();
+    for (w, _) in &mut waiters {
+        w.send(&["IDSET.LEASE", "u:1", "BLOCK", "0"]);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while info_value::<u64>(&ctl.reply(&["INFO", "clients"]), "blocked_clients") != 3 {
+        assert!(Instant::now() < deadline, "the lease waiters never parked");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (_, spread) = loops(&mut ctl);
+    assert_eq!(spread, [2, 2]);
+    let parked_on_1 = spread[1] - ctl_on_1;
+    assert!(parked_on_1 >= 1);
+
+    assert_eq!(
+        ctl.reply(&["CONFIG", "SET", "loop-gather-below", "80"]),
+        "+OK\r\n"
+    );
+    wait_for(&mut ctl, "gathered", |active, _| active == 1);
+    // Several rounds later, the parked ones are still where they were.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(loops(&mut ctl), (1, vec![4 - parked_on_1, parked_on_1]));
+    // Each wait ended (as if it ran out), each waiter follows the others.
+    for (w, id) in &mut waiters {
+        assert_eq!(ctl.reply(&["CLIENT", "UNBLOCK", id]), ":1\r\n");
+        match w.frame() {
+            Frame::Error(e) => panic!("the waiter was answered {e:?}"),
+            _ => assert_eq!(w.reply(&["PING"]), "+PONG\r\n"),
+        }
+    }
+    wait_for(&mut ctl, "followed", |active, each| {
+        active == 1 && each == [4, 0]
+    });
+}

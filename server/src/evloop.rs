@@ -412,7 +412,8 @@ impl EvLoop {
 
     /// Tells the loop to send connections to other loops, waking it once. It
     /// sends those that wait between two passes, with nothing parked; the
-    /// others stay (the next round of [`crate::gather`] asks again).
+    /// others stay, or, gathering, follow once they settle
+    /// ([`Poller::leave_for_first`]).
     pub(crate) fn send_away(&self, sending: impl IntoIterator<Item = Sending>) {
         self.shared.inbox.lock().sending.extend(sending);
         let _ = self.shared.waker.wake();
@@ -1022,17 +1023,47 @@ impl Poller {
             .take(s.count)
             .collect();
         for k in going {
-            let Some(mut c) = self.clients[k].take() else {
+            let Some(c) = self.clients[k].take() else {
                 continue;
             };
-            let (server, homed) = (c.server.clone(), c.homed);
-            c.homed = false;
-            match self.send_to(k, c, &to) {
-                None => server.stats.balance_moves.incr(),
-                Some(mut stays) => {
-                    stays.homed = homed;
-                    self.clients[k] = Some(stays);
-                }
+            if let Some(stays) = self.rebalance(k, c, &to) {
+                self.clients[k] = Some(stays);
+            }
+        }
+    }
+
+    /// Sends the connection in slot `k`, just served, to the first loop if
+    /// this one takes no connections now (they gathered there) and it can go:
+    /// `None` once it is on its way. One that was parked, or being served,
+    /// when the loops gathered goes so once it settles, so the gatherer asks
+    /// each loop once, not every round.
+    fn leave_for_first(&mut self, k: usize, c: Box<Client>) -> Option<Box<Client>> {
+        if self.shared.index < self.shared.active.load(Relaxed)
+            || c.killed
+            || c.conn.park_waiting().is_some()
+        {
+            return Some(c);
+        }
+        let first = self.shared.peers.get().and_then(|p| p.first()?.upgrade());
+        match first {
+            Some(first) => self.rebalance(k, c, &first),
+            None => Some(c),
+        }
+    }
+
+    /// [`send_to`](Self::send_to) for gathering or spreading: the connection
+    /// leaves its scripts' home, and is counted.
+    fn rebalance(&mut self, k: usize, mut c: Box<Client>, to: &Shared) -> Option<Box<Client>> {
+        let (server, homed) = (c.server.clone(), c.homed);
+        c.homed = false;
+        match self.send_to(k, c, to) {
+            None => {
+                server.stats.balance_moves.incr();
+                None
+            }
+            Some(mut stays) => {
+                stays.homed = homed;
+                Some(stays)
             }
         }
     }
@@ -1134,6 +1165,10 @@ impl Poller {
     fn settle(&mut self, k: usize, mut c: Box<Client>, verdict: Verdict) {
         if matches!(verdict, Verdict::Wait | Verdict::Again) {
             c = match self.move_home(k, c) {
+                Some(stays) => stays,
+                None => return,
+            };
+            c = match self.leave_for_first(k, c) {
                 Some(stays) => stays,
                 None => return,
             };

@@ -192,9 +192,8 @@ pub async fn run(server: Arc<Server>, loops: Arc<Loops>) {
                 server.stats.loop_spreads.incr();
                 loops.spread();
             }
-            // Those that could not go at the last look (being served, or
-            // parked) are asked again.
-            None if loops.gathered() => loops.gather(),
+            // Those that could not go when the loops gathered (being served,
+            // or parked) go as they settle.
             None => {}
         }
     }

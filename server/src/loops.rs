@@ -142,7 +142,7 @@ impl Loops {
 
     /// Gathers every connection on the first loop: new ones go there, and the
     /// other loops are told to send theirs, those they can send now (a
-    /// connection being served, or parked, goes at a later call).
+    /// connection being served, or parked, goes once it settles).
     pub fn gather(&self) {
         self.active.store(1, Relaxed);
         for l in &self.loops[1..] {
