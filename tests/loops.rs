@@ -337,15 +337,16 @@ fn connections_moved_mid_pipeline_keep_every_reply_in_order() {
 fn a_parked_connection_gathers_once_its_command_answers() {
     let s = TestServer::start_with(&["--threads", "2", "--loop-gather-below", "0"]);
     let mut ctl = Conn::new(s.port);
-    // Which loop ctl is on (the harness's own first connection may still be
-    // counted as it arrives).
+    // Which loop ctl is on (the harness's readiness probe may still be
+    // counted as it closes).
     let (_, alone) = wait_for(&mut ctl, "ctl alone", |_, each| {
         each.iter().sum::<u64>() == 1
     });
     let ctl_on_1 = u64::from(alone[1] == 1);
     // ctl holds the lease on u:1; three waiters wait for it, parked, spread
     // two and two with ctl, so at least one waits on the second loop.
-    let token = ctl.reply(&["IDSET.LEASE", "u:1"]);
+    // For a minute: lapsed, it would go to a waiter, which would unpark.
+    let token = ctl.reply(&["IDSET.LEASE", "u:1", "PX", "60000"]);
     let token = token.trim_start_matches(':').trim_end().to_string();
     assert!(token.parse::<u64>().unwrap() > 0, "{token}");
     let mut waiters: Vec<(Conn, String)> = (0..3)
@@ -374,16 +375,26 @@ fn a_parked_connection_gathers_once_its_command_answers() {
         "+OK\r\n"
     );
     wait_for(&mut ctl, "gathered", |active, _| active == 1);
+    // A request behind a parked command is read, and its connection settles
+    // while still parked: it must not go.
+    for (w, _) in &mut waiters {
+        w.send(&["PING"]);
+    }
     // Several rounds later, the parked ones are still where they were.
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(loops(&mut ctl), (1, vec![4 - parked_on_1, parked_on_1]));
     // Each wait ended (as if it ran out), each waiter follows the others.
     for (w, id) in &mut waiters {
         assert_eq!(ctl.reply(&["CLIENT", "UNBLOCK", id]), ":1\r\n");
-        match w.frame() {
-            Frame::Error(e) => panic!("the waiter was answered {e:?}"),
-            _ => assert_eq!(w.reply(&["PING"]), "+PONG\r\n"),
+        if let Frame::Error(e) = w.frame() {
+            panic!("the waiter was answered {e:?}");
         }
+        // The PING sent while it was parked, then one sent now.
+        assert_eq!(
+            format!("{:?}", w.frame()),
+            format!("{:?}", Frame::Simple("PONG".into()))
+        );
+        assert_eq!(w.reply(&["PING"]), "+PONG\r\n");
     }
     wait_for(&mut ctl, "followed", |active, each| {
         active == 1 && each == [4, 0]

@@ -956,9 +956,18 @@ impl Poller {
         })));
         if killed {
             self.wake_client(k, info.id, None);
-        } else {
-            // A client that connects and never sends still has an idle timeout.
-            self.arm_timer(k);
+            return;
+        }
+        // A client that connects and never sends still has an idle timeout.
+        self.arm_timer(k);
+        // Accepted here as the loops gathered: it follows the others now, not
+        // at the end of a first request that may never come.
+        if self.shared.index >= self.shared.active.load(Relaxed) {
+            if let Some(c) = self.clients[k].take() {
+                if let Some(stays) = self.leave_for_first(k, c) {
+                    self.clients[k] = Some(stays);
+                }
+            }
         }
     }
 
@@ -1008,7 +1017,9 @@ impl Poller {
             .peers
             .get()
             .and_then(|peers| peers.get(s.to)?.upgrade());
-        let Some(to) = to.filter(|to| to.index != self.shared.index) else {
+        // A spread's plan overtaken by a gathering is dropped.
+        let takes = |to: &Shared| to.index < self.shared.active.load(Relaxed);
+        let Some(to) = to.filter(|to| to.index != self.shared.index && takes(to)) else {
             return;
         };
         let going: Vec<usize> = self
@@ -1032,11 +1043,11 @@ impl Poller {
         }
     }
 
-    /// Sends the connection in slot `k`, just served, to the first loop if
-    /// this one takes no connections now (they gathered there) and it can go:
-    /// `None` once it is on its way. One that was parked, or being served,
-    /// when the loops gathered goes so once it settles, so the gatherer asks
-    /// each loop once, not every round.
+    /// Sends the connection in slot `k`, just served or just accepted, to the
+    /// first loop if this one takes no connections now (they gathered there)
+    /// and it can go: `None` once it is on its way. One that was parked, or
+    /// being served, when the loops gathered goes once it settles with nothing
+    /// parked, so the gatherer asks each loop once, not every round.
     fn leave_for_first(&mut self, k: usize, c: Box<Client>) -> Option<Box<Client>> {
         if self.shared.index < self.shared.active.load(Relaxed)
             || c.killed
@@ -1164,11 +1175,12 @@ impl Poller {
     /// Puts a connection that was served back in its slot, or lets it go.
     fn settle(&mut self, k: usize, mut c: Box<Client>, verdict: Verdict) {
         if matches!(verdict, Verdict::Wait | Verdict::Again) {
-            c = match self.move_home(k, c) {
+            // Gathering first: on the first loop, a script's home is that loop.
+            c = match self.leave_for_first(k, c) {
                 Some(stays) => stays,
                 None => return,
             };
-            c = match self.leave_for_first(k, c) {
+            c = match self.move_home(k, c) {
                 Some(stays) => stays,
                 None => return,
             };
