@@ -29,7 +29,8 @@
 //! Environment: `BENCH_ROUNDS` (default 3), `BENCH_REQUESTS` (N for `-P 1`, default
 //! 200000; the pipelined runs use 5×N so they last long enough to measure, 15×N
 //! with two client threads),
-//! `BENCH_THREADS` (relcache worker threads; default: its own default, one per core).
+//! `BENCH_THREADS` (relcache worker threads; default: its own default, one per core),
+//! `BENCH_GATHER` (`loop-gather-below`; default 80, as the README's table ran).
 //!
 //! What this does NOT measure:
 //! - A network. Client and servers share one machine and talk over loopback; on the
@@ -178,10 +179,14 @@ fn main() {
     let requests = env_u64("BENCH_REQUESTS", 200_000).max(1000);
     let threads = std::env::var("BENCH_THREADS").ok();
 
-    let relcache = match &threads {
-        Some(t) => TestServer::start_with(&["--threads", t]),
-        None => TestServer::start(),
-    };
+    // The README's table was run with the loops gathering (`--loop-gather-below
+    // 80`); `BENCH_GATHER=0` runs them always spread, the server's default.
+    let gather = std::env::var("BENCH_GATHER").unwrap_or_else(|_| "80".into());
+    let mut args = vec!["--loop-gather-below", gather.as_str()];
+    if let Some(t) = &threads {
+        args.extend(["--threads", t.as_str()]);
+    }
+    let relcache = TestServer::start_with(&args);
     let redis = RedisServer::start();
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())

@@ -118,7 +118,7 @@ impl Clients {
 /// tracking.
 #[test]
 fn an_idle_server_s_connections_gather_and_spread_losing_nothing() {
-    let s = TestServer::start_with(&["--threads", "2"]);
+    let s = TestServer::start_with(&["--threads", "2", "--loop-gather-below", "80"]);
     let mut ctl = Conn::new(s.port);
     let mut clients = Clients::new(s.port);
     // ctl, the four with something going and five plain ones.
@@ -267,7 +267,7 @@ fn counts_held(ctl: &mut Conn, done: Vec<std::thread::JoinHandle<(String, i64)>>
 /// throughout.
 #[test]
 fn a_full_loop_spreads_and_gathers_again_once_idle() {
-    let s = TestServer::start_with(&["--threads", "2"]);
+    let s = TestServer::start_with(&["--threads", "2", "--loop-gather-below", "80"]);
     let mut ctl = Conn::new(s.port);
     wait_for(&mut ctl, "gathered", |active, each| {
         active == 1 && each == [1, 0]
@@ -290,7 +290,7 @@ fn a_full_loop_spreads_and_gathers_again_once_idle() {
 /// read and replies half written, lose and reorder nothing.
 #[test]
 fn connections_moved_mid_pipeline_keep_every_reply_in_order() {
-    let s = TestServer::start_with(&["--threads", "2"]);
+    let s = TestServer::start_with(&["--threads", "2", "--loop-gather-below", "80"]);
     let mut ctl = Conn::new(s.port);
     let stop = Arc::new(AtomicBool::new(false));
     let workers = pipeliners(s.port, 6, Load::BigReplies, &stop);

@@ -6,7 +6,8 @@
 //! slept and woke twice as often per request as one loop serving the same
 //! clients (`redis-benchmark -P 1 -c 50`, voluntary context switches), and
 //! each wake-up is a trip through the scheduler with colder caches. So while
-//! one loop can carry the load, the connections live on the first, and new
+//! one loop can carry the load (with `loop-gather-below` set; it is off by
+//! default), the connections live on the first, and new
 //! ones are accepted there; once that loop has no time to spare, they spread
 //! evenly over all of them, as before. Redis does the same with its I/O
 //! threads: it stops them while few clients have replies waiting
@@ -40,8 +41,12 @@ use crate::clock::Stamp;
 use crate::loops::Loops;
 use crate::server::Server;
 
-/// `loop-gather-below`'s default, in percent of one loop's time.
-pub const DEFAULT_BELOW: u64 = 80;
+/// `loop-gather-below`'s default: off. With it on (80, the figure the
+/// measurements used), two client-memory tests failed about one run in eight
+/// (`tests/client_memory.rs`: a key evicted while a big request was still
+/// arriving, and a client's `tot-mem` off its buffers), for a reason not yet
+/// found; gathering stays a choice until it is.
+pub const DEFAULT_BELOW: u64 = 0;
 /// Its most: a load gathered from under it must not read as full at once.
 pub const MAX_BELOW: u64 = FULL;
 /// Busy this percent of a round or more, a loop is full.

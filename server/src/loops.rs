@@ -19,11 +19,11 @@
 //! and buffers cold in that core's cache, and every batch of readiness woke a
 //! sleeping sibling (a futex round trip) to steal half of it. Loops that share
 //! nothing on the request path pay neither. What a loop gives up is stealing: a
-//! loop with more busy clients than another stays busier. Spread connections are
-//! even in number once, as they spread or arrive, and a command that runs long still hands its loop's
-//! other clients to a fresh thread ([`crate::offload`]), because each loop is a
-//! multi-threaded runtime that happens to have one worker, not a current-thread
-//! one.
+//! loop with more busy clients than another stays busier. Spread connections
+//! are evened in number as they spread and as they arrive, not after, and a
+//! command that runs long still hands its loop's other clients to a fresh
+//! thread ([`crate::offload`]), because each loop is a multi-threaded runtime
+//! that happens to have one worker, not a current-thread one.
 
 use std::future::Future;
 use std::io;
